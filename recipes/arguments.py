@@ -1,0 +1,193 @@
+"""What a recipe can say: four dataclasses read from a YAML file plus command-line overrides.
+
+`TrainingArguments` keeps every name Hugging Face already has; the other three hold only what it lacks.
+"""
+
+import difflib
+import json
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import yaml
+from transformers import HfArgumentParser, TrainingArguments
+
+from recipes.errors import ConfigError
+
+PRECISIONS = ("32-true", "bf16-true", "bf16-mixed", "fp16-mixed")
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str = field(
+        default="blip2-tiny-opt",
+        metadata={"help": "A preset (blip2-opt-2.7b, blip2-opt-6.7b, blip2-flan-t5-xl, blip2-flan-t5-xxl, "
+                  "blip2-tiny-opt, blip2-tiny-t5), a Hub id such as Salesforce/blip2-opt-2.7b, or a local folder."},
+    )
+    init: str = field(
+        default="auto",
+        metadata={"help": "pretrained: load the weights; random: same architecture, random weights, no download; "
+                  "auto: random for a preset name, pretrained otherwise."},
+    )
+    processor_name_or_path: str | None = field(
+        default=None, metadata={"help": "Where to load the processor from; default: the model's path, or the offline one."}
+    )
+    attn_implementation: str = field(default="sdpa", metadata={"help": "Attention kernel: sdpa or eager."})
+
+
+@dataclass
+class DataArguments:
+    dataset_path: str = field(
+        default="data/synthetic_food",
+        metadata={"help": "A datasets.save_to_disk folder (the lab's format) or an imagefolder with metadata.jsonl/csv."},
+    )
+    image_column: str = field(default="image", metadata={"help": "Column holding the photo."})
+    text_column: str = field(default="text", metadata={"help": "Column holding the caption."})
+    train_split: str = field(default="train", metadata={"help": "Split to train on."})
+    eval_split: str | None = field(
+        default=None, metadata={"help": "Split to evaluate on; default: validation or test if present, else carved out."}
+    )
+    eval_size: float = field(default=0.1, metadata={"help": "Eval set carved from train: a fraction (<1) or a count; 0 for none."})
+    num_train_samples: int | None = field(default=None, metadata={"help": "Train on the first N after a seeded shuffle."})
+    num_eval_samples: int | None = field(default=None, metadata={"help": "Evaluate on the first N after a seeded shuffle."})
+    prompt: str = field(default="", metadata={"help": "Text the model reads before the caption (not trained on)."})
+    max_caption_tokens: int = field(default=48, metadata={"help": "Longer captions are cut to this many tokens."})
+
+
+@dataclass
+class StrategyArguments:
+    precision: str = field(
+        default="32-true",
+        metadata={"help": "32-true: fp32 everywhere; bf16-true: weights, grads and optimizer state in bf16; "
+                  "bf16-mixed: fp32 weights, bf16 autocast; fp16-mixed: fp32 weights, fp16 autocast + loss scaling."},
+    )
+    memory_log_steps: int = field(default=50, metadata={"help": "Record memory per category at steps 0, 1 and every N steps."})
+    results_file: str = field(default="runs/results.jsonl", metadata={"help": "Every run appends one JSON record here."})
+    num_sample_captions: int = field(
+        default=8, metadata={"help": "After training, caption this many held-out photos and print them beside the truth."}
+    )
+    max_new_tokens: int = field(default=30, metadata={"help": "Longest alt text generated after training, in tokens."})
+
+
+@dataclass
+class Arguments:
+    """All four groups of one run, plus the recipe file they came from."""
+
+    model: ModelArguments
+    data: DataArguments
+    strategy: StrategyArguments
+    training: TrainingArguments
+    recipe: str | None = None
+
+
+GROUPS = (ModelArguments, DataArguments, StrategyArguments, TrainingArguments)
+
+# Values this project needs that differ from TrainingArguments' defaults; a recipe or the CLI may still set them.
+PROJECT_DEFAULTS = {
+    "remove_unused_columns": False,  # the collator needs the raw "image" and "text" columns
+    "report_to": "none",
+    "logging_steps": 10,
+    "save_strategy": "no",
+    "dataloader_num_workers": 2,
+}
+
+
+def known_keys() -> set[str]:
+    return {f.name for group in GROUPS for f in fields(group) if f.init}
+
+
+def load_recipe(path: str | Path) -> dict:
+    """The keys of a recipe YAML file; an unknown key is an error that names the closest known one."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"recipe {path}: no such file; recipes live in recipes/ (e.g. recipes/blip2/tiny-opt.yaml)")
+    try:
+        recipe = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"recipe {path}: not valid YAML ({err})") from None
+    if not isinstance(recipe, dict):
+        raise ConfigError(f"recipe {path}: expected `key: value` lines, found a {type(recipe).__name__}")
+    unknown = sorted(set(recipe) - known_keys())
+    if unknown:
+        raise ConfigError("\n".join(f"recipe {path}: unknown key {key!r}{_closest(key)}" for key in unknown))
+    return recipe
+
+
+def _closest(key: str) -> str:
+    match = difflib.get_close_matches(key, known_keys(), n=1)
+    return f"; did you mean {match[0]!r}?" if match else "; see `python recipes/train.py --help` for the keys"
+
+
+def to_argv(values: dict) -> list[str]:
+    """Recipe values as command-line words, so YAML and CLI go through one parser and one type check."""
+    argv = []
+    for key, value in values.items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            value = str(value).lower()
+        if isinstance(value, dict):
+            value = json.dumps(value)
+        argv.append(f"--{key}")
+        argv.extend(str(item) for item in value) if isinstance(value, list) else argv.append(str(value))
+    return argv
+
+
+def parse_args(argv: list[str] | None = None) -> Arguments:
+    """`[recipe.yaml] [--key value ...]`: the recipe's values, then the command line's, which win."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    recipe_path = argv.pop(0) if argv and argv[0].endswith((".yaml", ".yml")) else None
+    recipe = load_recipe(recipe_path) if recipe_path else {}
+    words = to_argv(PROJECT_DEFAULTS) + to_argv(recipe) + argv
+    model, data, strategy, training = _parse(words)
+    words += to_argv(precision_flags(strategy.precision, training))
+    model, data, strategy, training = _parse(words)
+    return Arguments(model, data, strategy, training, recipe=recipe_path)
+
+
+class _Parser(HfArgumentParser):
+    def error(self, message: str):
+        # argparse would print the whole usage and exit 2; one line naming the bad value is enough.
+        raise ConfigError(f"recipe or command line: {message}; see `python recipes/train.py --help`")
+
+
+def _parse(words: list[str]):
+    parser = _Parser(GROUPS)
+    try:
+        *groups, unknown = parser.parse_args_into_dataclasses(args=words, return_remaining_strings=True)
+    except ValueError as err:  # TrainingArguments' own checks (__post_init__) raise ValueError
+        raise ConfigError(str(err)) from None
+    if unknown:
+        flags = [word.lstrip("-") for word in unknown if word.startswith("--")] or unknown
+        raise ConfigError("\n".join(f"command line: unknown option {flag!r}{_closest(flag)}" for flag in flags))
+    return groups
+
+
+def precision_flags(precision: str, training: TrainingArguments) -> dict:
+    """The TrainingArguments autocast flags that `precision` implies.
+
+    bf16-true needs no autocast: the model itself is loaded in bf16 (see `model_dtype`).
+    """
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision: {precision!r} is unknown; use one of {', '.join(PRECISIONS)}")
+    wanted = {"bf16": precision == "bf16-mixed", "fp16": precision == "fp16-mixed"}
+    for flag, value in wanted.items():
+        if getattr(training, flag) and not value:
+            raise ConfigError(
+                f"{flag}: true contradicts precision: {precision}; drop {flag} and say precision: "
+                f"{'bf16-mixed' if flag == 'bf16' else 'fp16-mixed'} (or bf16-true for bf16 weights)"
+            )
+    import torch
+
+    if precision == "bf16-mixed" and not torch.cuda.is_available() and not training.use_cpu:
+        raise ConfigError(
+            "precision: bf16-mixed on a machine without a GPU autocasts on the CPU only with use_cpu: true; "
+            "add it, or use precision: 32-true"
+        )
+    return {flag: True for flag, value in wanted.items() if value}
+
+
+def model_dtype(precision: str):
+    import torch
+
+    return torch.bfloat16 if precision == "bf16-true" else torch.float32

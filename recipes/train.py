@@ -1,0 +1,166 @@
+"""Fine-tune BLIP-2 to write alt text, with the Hugging Face Trainer.
+
+    python recipes/train.py recipes/blip2/tiny-opt-demo.yaml [--key value ...]
+    accelerate launch --config_file accelerate_configs/single.yaml recipes/train.py recipes/blip2/opt27-bf16.yaml
+
+The recipe YAML says what to train and how to save memory; the launch config says how many processes
+run and how they shard. Every run appends one record to the results file (see callbacks/).
+"""
+
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+PROCESS_START = time.time()
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root holds the packages
+
+import torch  # noqa: E402
+from transformers import Trainer, set_seed  # noqa: E402
+
+from callbacks import (  # noqa: E402
+    blip2_flops_per_sample,
+    build_callbacks,
+    format_summary,
+    log_memory_before_reporters,
+    memory_callback,
+    oom_report,
+    write_run_record,
+)
+from data.collate import CaptionCollator  # noqa: E402
+from data.loading import load_caption_dataset, select_splits  # noqa: E402
+from models.build import build_model  # noqa: E402
+from models.generation import generate_captions  # noqa: E402
+from recipes.arguments import Arguments, model_dtype, parse_args  # noqa: E402
+from recipes.checks import check_compatible  # noqa: E402
+from recipes.errors import AltscaleError  # noqa: E402
+
+EXIT_USER_ERROR = 2
+EXIT_OOM = 3
+
+
+class OutOfMemory(AltscaleError):
+    """Training ran out of accelerator memory; the message holds the breakdown and advice."""
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    check_compatible(args)  # fails before any weight is loaded
+    set_seed(args.training.seed)
+    model, processor, model_report = build_model(
+        args.model.model_name_or_path,
+        init=args.model.init,
+        dtype=model_dtype(args.strategy.precision),
+        attn_implementation=args.model.attn_implementation,
+        processor_name_or_path=args.model.processor_name_or_path,
+    )
+    train_set, eval_set = build_datasets(args)
+    collator = CaptionCollator(
+        processor,
+        decoder_only=model.config.use_decoder_only_language_model,
+        prompt=args.data.prompt,
+        max_caption_tokens=args.data.max_caption_tokens,
+    )
+    trainer = build_trainer(args, model, processor, collator, train_set, eval_set)
+    record = train(args, trainer, model_report)
+    trainer.save_model()
+    if eval_set is not None and args.strategy.num_sample_captions and trainer.is_world_process_zero():
+        record["captions"] = show_captions(args, trainer.model, collator, eval_set)
+    return record
+
+
+def build_datasets(args: Arguments):
+    data = args.data
+    dataset = load_caption_dataset(data.dataset_path, image_column=data.image_column, text_column=data.text_column)
+    return select_splits(
+        dataset,
+        train_split=data.train_split,
+        eval_split=data.eval_split,
+        eval_size=data.eval_size,
+        num_train_samples=data.num_train_samples,
+        num_eval_samples=data.num_eval_samples,
+        seed=args.training.seed,
+    )
+
+
+def build_trainer(args: Arguments, model, processor, collator: CaptionCollator, train_set, eval_set) -> Trainer:
+    callbacks = build_callbacks(
+        memory_log_steps=args.strategy.memory_log_steps,
+        results_file=args.strategy.results_file,
+        flops_per_sample=flops_per_sample(model.config, collator, train_set),
+        process_start_time=PROCESS_START,
+    )
+    trainer = Trainer(
+        model=model,
+        args=args.training,
+        data_collator=collator,
+        train_dataset=train_set,
+        eval_dataset=eval_set,
+        processing_class=processor,
+        callbacks=callbacks,
+    )
+    log_memory_before_reporters(trainer)
+    return trainer
+
+
+def flops_per_sample(config, collator: CaptionCollator, train_set, sample_size: int = 256) -> float:
+    """Training FLOPs of a mean sample, from the caption lengths of up to `sample_size` training examples."""
+    captions = train_set.select(range(min(sample_size, len(train_set))))["text"]
+    caption_tokens = sum(len(collator._caption_ids(text)) for text in captions) / len(captions)
+    prompt_tokens = len(collator._prompt_ids())
+    if config.use_decoder_only_language_model:
+        return blip2_flops_per_sample(config, text_tokens=prompt_tokens + caption_tokens)
+    return blip2_flops_per_sample(config, text_tokens=caption_tokens, prompt_tokens=prompt_tokens)
+
+
+def train(args: Arguments, trainer: Trainer, model_report) -> dict:
+    """Run the Trainer and append the run's record; an OOM is recorded, then raised as one message."""
+    config = {
+        "model": asdict(args.model),
+        "data": asdict(args.data),
+        "strategy": asdict(args.strategy),
+        "model_build": asdict(model_report),
+    }
+    recipe = Path(args.recipe).stem if args.recipe else "command-line"
+    try:
+        trainer.train(resume_from_checkpoint=args.training.resume_from_checkpoint)
+    except torch.cuda.OutOfMemoryError as err:
+        report = oom_report(memory_callback(trainer), err)
+        write_run_record(trainer, status="oom", recipe=recipe, config=config, error=err)
+        raise OutOfMemory(report) from None
+    except BaseException as err:
+        write_run_record(trainer, status="error", recipe=recipe, config=config, error=err)
+        raise
+    record = write_run_record(trainer, status="ok", recipe=recipe, config=config)
+    if trainer.is_world_process_zero():
+        print(format_summary(record["summary"]))
+        print(f"saved to {args.training.output_dir}; run record appended to {args.strategy.results_file}")
+    return record
+
+
+def show_captions(args: Arguments, model, collator: CaptionCollator, eval_set) -> dict:
+    """Caption the whole eval set, print a few beside the truth, and count exact matches."""
+    truth = list(eval_set["text"])
+    written = generate_captions(model, collator, list(eval_set["image"]), max_new_tokens=args.strategy.max_new_tokens)
+    right = [alt.lower() == true.strip().lower() for alt, true in zip(written, truth)]
+    print(f"\nalt text for held-out photos ({sum(right)}/{len(truth)} exactly right):")
+    for alt, true, ok in list(zip(written, truth, right))[: args.strategy.num_sample_captions]:
+        print(f"  {'ok' if ok else '  '}  written: {alt!r:42} true: {true!r}")
+    return {"exact_match": sum(right), "total": len(truth), "samples": list(zip(written, truth))}
+
+
+def run(argv: list[str] | None = None) -> int:
+    """`main`, with every mistake a user can make ending in one message and an exit code."""
+    try:
+        main(argv)
+    except OutOfMemory as err:
+        print(f"error: out of GPU memory\n{err}", file=sys.stderr)
+        return EXIT_OOM
+    except AltscaleError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run())

@@ -1,0 +1,96 @@
+"""The collator's labels: the loss sees caption tokens and eos, never padding, image tokens, bos or prompt."""
+
+import pytest
+import torch
+from PIL import Image
+
+from data.collate import IGNORE_INDEX, CaptionCollator
+from models.build import build_model
+
+CAPTIONS = ["one tomato on a white plate", "three blueberries on a black plate next to a cup of coffee"]
+
+
+def examples():
+    return [{"image": Image.new("RGB", (96, 96), color), "text": text} for color, text in zip(["red", "blue"], CAPTIONS)]
+
+
+@pytest.fixture(scope="module", params=["blip2-tiny-opt", "blip2-tiny-t5"])
+def setup(request):
+    torch.manual_seed(0)
+    model, processor, _ = build_model(request.param)
+    collator = CaptionCollator(processor, decoder_only=model.config.use_decoder_only_language_model, prompt="a photo of")
+    return model.eval(), processor, collator
+
+
+def caption_ids(collator, text):
+    return collator.tokenizer(text, add_special_tokens=False).input_ids + [collator.tokenizer.eos_token_id]
+
+
+def test_labels_are_exactly_the_caption_and_eos(setup):
+    _, _, collator = setup
+    batch = collator(examples())
+    for row, text in zip(batch["labels"], CAPTIONS):
+        assert row[row != IGNORE_INDEX].tolist() == caption_ids(collator, text)
+
+
+def test_padding_and_image_tokens_never_reach_the_loss(setup):
+    _, _, collator = setup
+    batch = collator(examples())
+    ids, labels = batch["input_ids"], batch["labels"]
+    assert (ids == collator.image_token_id).sum(dim=1).tolist() == [collator.processor.num_query_tokens] * 2
+    if collator.decoder_only:
+        assert (labels[ids == collator.image_token_id] == IGNORE_INDEX).all()
+        assert (labels[batch["attention_mask"] == 0] == IGNORE_INDEX).all()
+        assert (batch["attention_mask"] == 0).any()  # the short caption really was padded
+    else:
+        assert (labels == IGNORE_INDEX).any(dim=1).tolist() == [True, False]  # padding of the short caption only
+
+
+def test_decoder_only_labels_line_up_with_the_input_ids(setup):
+    _, _, collator = setup
+    if not collator.decoder_only:
+        pytest.skip("the encoder-decoder labels are a separate decoder sequence")
+    batch = collator(examples())
+    kept = batch["labels"] != IGNORE_INDEX
+    assert torch.equal(batch["labels"][kept], batch["input_ids"][kept])
+
+
+def test_a_captions_loss_does_not_depend_on_the_padding_beside_it(setup):
+    """The same example gives the same loss alone and in a batch padded for a longer caption."""
+    model, _, collator = setup
+    pair = examples()
+    alone = model(**collator(pair[:1])).loss
+    batch = collator(pair)
+    logits = model(**batch).logits[:1]
+    labels = batch["labels"][:1]
+    if collator.decoder_only:
+        logits, labels = logits[:, :-1], labels[:, 1:]
+    padded = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+    torch.testing.assert_close(alone, padded, rtol=1e-4, atol=1e-4)
+
+
+def test_model_loss_is_cross_entropy_over_caption_tokens_only(setup):
+    model, _, collator = setup
+    batch = collator(examples())
+    output = model(**batch)
+    logits, labels = output.logits, batch["labels"]
+    if collator.decoder_only:
+        logits, labels = logits[:, :-1], labels[:, 1:]
+    kept = labels != IGNORE_INDEX
+    manual = torch.nn.functional.cross_entropy(logits[kept], labels[kept])
+    torch.testing.assert_close(output.loss, manual, rtol=1e-4, atol=1e-4)
+
+
+def test_generation_inputs_are_left_padded_for_decoder_only_models(setup):
+    _, _, collator = setup
+    inputs = collator.generation_inputs([Image.new("RGB", (64, 64))] * 2)
+    last = inputs["input_ids"][:, -1].tolist()
+    if collator.decoder_only:
+        assert last == collator.tokenizer("a photo of").input_ids[-1:] * 2
+    assert (inputs["input_ids"] == collator.image_token_id).sum().item() == 2 * collator.processor.num_query_tokens
+
+
+def test_greyscale_rgba_and_cmyk_photos_become_rgb(setup):
+    _, _, collator = setup
+    images = [Image.new(mode, (40, 30)) for mode in ("L", "RGBA", "CMYK", "P")]
+    assert tuple(collator.pixel_values(images).shape[:2]) == (4, 3)
