@@ -107,11 +107,32 @@ def _build_random(config: Blip2Config, dtype: torch.dtype, device: torch.device,
     config._attn_implementation = attn
     if is_deepspeed_zero3_enabled():
         # transformers wraps construction in deepspeed.zero.Init, which partitions as it builds.
-        return Blip2ForConditionalGeneration._from_config(config, dtype=dtype)
-    # Build on the target device in the target dtype: a 12B model made in fp32 on the CPU first would
-    # spend minutes on initialisation and need 48 GB of host memory.
-    with device:
-        return Blip2ForConditionalGeneration._from_config(config, dtype=dtype)
+        model = Blip2ForConditionalGeneration._from_config(config, dtype=dtype)
+    else:
+        # Build on the target device in the target dtype: a 12B model made in fp32 on the CPU first would
+        # spend minutes on initialisation and need 48 GB of host memory.
+        with device:
+            model = Blip2ForConditionalGeneration._from_config(config, dtype=dtype)
+    init_query_tokens(model)
+    return model
+
+
+def init_query_tokens(model: Blip2ForConditionalGeneration) -> None:
+    """Draw the learned queries from N(0, initializer_range), as the original BLIP-2 does.
+
+    transformers initialises them to zeros, which only a checkpoint overwrites: from random weights,
+    identical all-zero queries meet the Q-Former's LayerNorm (eps 1e-12) and blow gradients up by ~1e6
+    per pass, and the queries never tell the images apart.
+    """
+    std = model.config.qformer_config.initializer_range
+    with torch.no_grad():
+        if is_deepspeed_zero3_enabled():
+            import deepspeed
+
+            with deepspeed.zero.GatheredParameters([model.query_tokens], modifier_rank=0):
+                model.query_tokens.normal_(0.0, std)
+        else:
+            model.query_tokens.normal_(0.0, std)
 
 
 def _load_pretrained(path: str, dtype: torch.dtype, attn: str):

@@ -152,7 +152,7 @@ class _Parser(HfArgumentParser):
 
 
 def _parse(words: list[str]):
-    parser = _Parser(GROUPS)
+    parser = _Parser(GROUPS, allow_abbrev=False)  # a typo must not silently match a longer option
     try:
         *groups, unknown = parser.parse_args_into_dataclasses(args=words, return_remaining_strings=True)
     except ValueError as err:  # TrainingArguments' own checks (__post_init__) raise ValueError

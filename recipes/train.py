@@ -64,9 +64,10 @@ def main(argv: list[str] | None = None) -> dict:
     trainer = build_trainer(args, model, processor, collator, train_set, eval_set)
     record = train(args, trainer, model_report)
     trainer.save_model()
+    result = {"record": record, "log_history": trainer.state.log_history, "output_dir": args.training.output_dir}
     if eval_set is not None and args.strategy.num_sample_captions and trainer.is_world_process_zero():
-        record["captions"] = show_captions(args, trainer.model, collator, eval_set)
-    return record
+        result["captions"] = show_captions(args, trainer.model, collator, eval_set)
+    return result
 
 
 def build_datasets(args: Arguments):

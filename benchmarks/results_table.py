@@ -1,0 +1,68 @@
+"""Print a results file (runs/results.jsonl) as a table: one row per run, plus its step-1 memory breakdown.
+
+    python benchmarks/results_table.py runs/results.jsonl [--markdown]
+"""
+
+import argparse
+import json
+
+GIB = 2**30
+CATEGORIES = ("params_gpu", "grads_gpu", "optim_gpu", "optim_cpu", "act_other_bytes", "allocated_bytes", "reserved_bytes")
+
+
+def gib(value) -> str:
+    return "n/a" if value is None else f"{value / GIB:.2f}"
+
+
+def num(value, fmt: str) -> str:
+    return "n/a" if value is None else format(value, fmt)
+
+
+def step1_after_step(record: dict) -> dict:
+    """Rank 0's breakdown after the first full step's optimizer update, where memory reaches its steady state."""
+    rows = [r for r in record["snapshots"] if r["rank"] == 0 and r["phase"] == "after_step"]
+    later = [r for r in rows if r["step"] >= 1] or rows
+    return later[0] if later else {}
+
+
+def rows(records: list[dict]) -> list[list[str]]:
+    table = []
+    for record in records:
+        summary = record.get("summary") or {}
+        snap = step1_after_step(record)
+        table.append([
+            record["recipe"], record["status"], str(record["world_size"]),
+            num(summary.get("train_time_s"), ".1f"), num(summary.get("time_to_first_step_s"), ".1f"),
+            num(summary.get("samples_per_s"), ".1f"), num(summary.get("achieved_tflops_per_gpu"), ".0f"),
+            num(summary.get("mfu"), ".1%"), gib(summary.get("peak_allocated_bytes")),
+            *[gib(snap.get(key)) for key in CATEGORIES],
+        ])
+    return table
+
+
+HEADER = ["recipe", "status", "GPUs", "train s", "1st step s", "samples/s", "TFLOP/s", "MFU", "peak GiB",
+          "params", "grads", "optim", "optim(cpu)", "act+other", "alloc", "reserved"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results_file")
+    parser.add_argument("--markdown", action="store_true", help="Print a Markdown table for BENCHMARKS.md.")
+    args = parser.parse_args()
+    with open(args.results_file) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    table = rows(records)
+    if args.markdown:
+        print("| " + " | ".join(HEADER) + " |")
+        print("|" + "---|" * len(HEADER))
+        for row in table:
+            print("| " + " | ".join(row) + " |")
+        return
+    widths = [max(len(str(c)) for c in column) for column in zip(HEADER, *table)]
+    for row in [HEADER, *table]:
+        print("  ".join(str(c).rjust(w) for c, w in zip(row, widths)))
+    print("memory columns: GiB on rank 0 after the optimizer step of step 1; act+other is a residual (alloc - the rest)")
+
+
+if __name__ == "__main__":
+    main()
