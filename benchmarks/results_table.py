@@ -19,10 +19,13 @@ def num(value, fmt: str) -> str:
 
 
 def step1_after_step(record: dict) -> dict:
-    """Rank 0's breakdown after the first full step's optimizer update, where memory reaches its steady state."""
-    rows = [r for r in record["snapshots"] if r["rank"] == 0 and r["phase"] == "after_step"]
-    later = [r for r in rows if r["step"] >= 1] or rows
-    return later[0] if later else {}
+    """Rank 0's breakdown after step 1's optimizer update, where memory reaches its steady state;
+    for a run that stopped before it (OOM), its last snapshot."""
+    snapshots = [r for r in record["snapshots"] if r["rank"] == 0]
+    steady = [r for r in snapshots if r["phase"] == "after_step" and r["step"] >= 1]
+    if steady:
+        return steady[0]
+    return snapshots[-1] if snapshots else {}
 
 
 def rows(records: list[dict]) -> list[list[str]]:
