@@ -9,11 +9,13 @@ ACCELERATE_CONFIG ?= accelerate_configs/single.yaml
 DATA := data/synthetic_food
 ARGS ?=
 
-.PHONY: help venv data demo test clean-outputs
+.PHONY: help venv data demo test ladder clean-outputs
 help:
 	@echo "make demo    train a tiny BLIP-2 on the synthetic food photos (CPU, a few minutes) and caption held-out ones"
 	@echo "make test    run the CPU test suite"
 	@echo "make data    write the synthetic dataset to $(DATA)"
+	@echo "make alt-text  fill in the alt text of $(HTML) with MODEL= (and ADAPTER=)"
+	@echo "make evaluate  score MODEL= (default outputs/tiny-opt-demo) on the synthetic test split"
 	@echo "make <recipe> for each recipes/blip2/<recipe>.yaml: $(RECIPES)"
 
 venv: $(VENV)/.installed
@@ -26,8 +28,9 @@ data: $(DATA)/dataset_dict.json
 $(DATA)/dataset_dict.json: data/synthetic.py | venv
 	$(PY) -m data.synthetic --out $(DATA)
 
+# A demo is meant to be rerun: it replaces its previous outputs/tiny-opt-demo instead of refusing to.
 demo: venv data
-	$(PY) recipes/train.py recipes/blip2/tiny-opt-demo.yaml $(ARGS)
+	$(PY) recipes/train.py recipes/blip2/tiny-opt-demo.yaml --overwrite_output_dir true $(ARGS)
 
 test: venv
 	$(PY) -m pytest $(ARGS)
@@ -45,5 +48,22 @@ $(filter tiny-%,$(RECIPES)): venv data
 $(GPU_RECIPES): data-224
 	accelerate launch --config_file $(ACCELERATE_CONFIG) recipes/train.py recipes/blip2/$@.yaml $(ARGS)
 
+# The lab's single-GPU ladder, each step in its own process; BENCH=1 keeps it to a few steps each.
+LADDER ?=
+ladder: data-224
+	$(PY) benchmarks/ladder.py $(LADDER) $(if $(BENCH),--bench)
+
 clean-outputs:
 	rm -rf outputs runs
+
+# --- Alt text: write it, score it (recipes/generate.py, recipes/score.py). MODEL: a fine-tuned folder or Hub
+# id, a preset for an untrained baseline (MODEL=blip2-tiny-opt); ADAPTER: a LoRA/QLoRA adapter on it.
+MODEL ?= outputs/tiny-opt-demo
+ADAPTER ?=
+HTML ?= data/sample_page/index.html
+ALT_MODEL = $(if $(MODEL),--model_name_or_path $(MODEL)) $(if $(ADAPTER),--adapter $(ADAPTER))
+.PHONY: alt-text evaluate
+alt-text: venv
+	$(PY) recipes/generate.py $(ALT_MODEL) --html $(HTML) $(ARGS)
+evaluate: venv data
+	$(PY) recipes/score.py $(ALT_MODEL) --dataset_path $(DATA) --split test $(ARGS)

@@ -85,8 +85,8 @@ def write_run_record(trainer: Any, *, status: str, recipe: str, config: dict[str
     holds the recipe's other argument groups as dicts; TrainingArguments.to_dict() is added as
     "training_args". `results_file` defaults to the one given to build_callbacks.
     """
-    if status not in ("ok", "oom", "error"):
-        raise ValueError(f"status must be 'ok', 'oom' or 'error', got {status!r}")
+    if status not in ("ok", "oom", "error", "interrupted"):
+        raise ValueError(f"status must be 'ok', 'oom', 'error' or 'interrupted', got {status!r}")
     memory = _find(trainer, MemoryCallback)
     summary_cb = _find(trainer, RunSummaryCallback)
     args = trainer.args

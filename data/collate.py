@@ -7,7 +7,9 @@ match it exactly and the processor's padding lands between the image tokens and 
 Everything the loss must not see (padding, image tokens, bos, prompt) is labelled -100.
 """
 
+import numpy as np
 import torch
+from PIL import Image
 from transformers import Blip2Processor
 
 IGNORE_INDEX = -100  # the label value the loss skips
@@ -42,7 +44,7 @@ class CaptionCollator:
         return {"pixel_values": self.pixel_values(images), "input_ids": input_ids, "attention_mask": attention_mask}
 
     def pixel_values(self, images: list) -> torch.Tensor:
-        return self.processor.image_processor(images, return_tensors="pt")["pixel_values"]
+        return self.processor.image_processor([to_rgb(image) for image in images], return_tensors="pt")["pixel_values"]
 
     def _prompt_ids(self) -> list[int]:
         # OPT's tokenizer prepends bos and T5's appends eos: exactly the special tokens each model expects here.
@@ -80,3 +82,19 @@ class CaptionCollator:
             ids[i, span] = torch.tensor(row, dtype=torch.long)
             mask[i, span] = 1
         return ids, mask
+
+
+def to_rgb(image: Image.Image) -> Image.Image:
+    """Any PIL mode as 8-bit RGB, the same under both image-processor backends (PIL and torchvision).
+
+    PIL's own convert("RGB") clips 16-bit greyscale at 255, turning most of a 16-bit PNG white, so
+    those are rescaled first; transparent pixels are laid on white, as a browser shows them.
+    """
+    if image.mode == "RGB":
+        return image
+    if image.mode.startswith("I;16"):
+        image = Image.fromarray((np.asarray(image, dtype=np.float32) / 257).round().astype(np.uint8))
+    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
+        image = image.convert("RGBA")
+        return Image.alpha_composite(Image.new("RGBA", image.size, (255, 255, 255, 255)), image).convert("RGB")
+    return image.convert("RGB")

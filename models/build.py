@@ -1,12 +1,13 @@
 """Build the BLIP-2 model and its processor: pretrained from the Hub or a folder, or random from a preset."""
 
 import os
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import Blip2Config, Blip2ForConditionalGeneration, Blip2Processor
+from transformers import BitsAndBytesConfig, Blip2Config, Blip2ForConditionalGeneration, Blip2Processor
 from transformers.integrations import is_deepspeed_zero3_enabled
 
 from models.presets import find_preset, hub_id, load_preset_config
@@ -53,6 +54,7 @@ def build_model(
     dtype: torch.dtype = torch.float32,
     attn_implementation: str = "sdpa",
     processor_name_or_path: str | None = None,
+    quantization: BitsAndBytesConfig | None = None,
 ) -> tuple[Blip2ForConditionalGeneration, Blip2Processor, ModelReport]:
     start = time.perf_counter()
     init = resolve_init(model_name_or_path, init)
@@ -62,9 +64,11 @@ def build_model(
         changed = align_token_ids(config, processor)
         device = build_device()
         model = _build_random(config, dtype, device, attn_implementation)
+        if quantization is not None:
+            model = _quantize_random(model, quantization, dtype, device)
         source = f"random init of {find_preset(model_name_or_path) or model_name_or_path}"
     else:
-        model = _load_pretrained(model_name_or_path, dtype, attn_implementation)
+        model = _load_pretrained(model_name_or_path, dtype, attn_implementation, quantization)
         processor, processor_source = _processor_for(model.config, processor_name_or_path or model_name_or_path)
         changed, source = {}, f"pretrained {model_name_or_path}"
     report = ModelReport(
@@ -135,9 +139,37 @@ def init_query_tokens(model: Blip2ForConditionalGeneration) -> None:
             model.query_tokens.normal_(0.0, std)
 
 
-def _load_pretrained(path: str, dtype: torch.dtype, attn: str):
+def build_quantization_config(load_in_4bit: bool, double_quant: bool, compute_dtype: torch.dtype) -> BitsAndBytesConfig | None:
+    """QLoRA's 4-bit NF4 base weights; None when the model is not quantized."""
+    if not load_in_4bit:
+        return None
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=double_quant,
+        bnb_4bit_compute_dtype=compute_dtype,
+    )
+
+
+def _quantize_random(model, quantization: BitsAndBytesConfig, dtype: torch.dtype, device: torch.device):
+    """Quantize a random model the way a user's checkpoint is: through from_pretrained.
+
+    bitsandbytes quantizes while loading, so the random weights go through a local folder first; a
+    checkpoint from the Hub takes the same path without the detour.
+    """
+    with tempfile.TemporaryDirectory(prefix="altscale-random-") as folder:
+        model.save_pretrained(folder)
+        del model
+        torch.cuda.empty_cache()
+        return Blip2ForConditionalGeneration.from_pretrained(
+            folder, dtype=dtype, quantization_config=quantization, device_map={"": device}
+        )
+
+
+def _load_pretrained(path: str, dtype: torch.dtype, attn: str, quantization: BitsAndBytesConfig | None = None):
+    extra = {"quantization_config": quantization, "device_map": {"": build_device()}} if quantization else {}
     try:
-        return Blip2ForConditionalGeneration.from_pretrained(path, dtype=dtype, attn_implementation=attn)
+        return Blip2ForConditionalGeneration.from_pretrained(path, dtype=dtype, attn_implementation=attn, **extra)
     except OSError as err:
         preset = find_preset(path)
         hint = (

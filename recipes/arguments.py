@@ -4,6 +4,7 @@
 """
 
 import difflib
+import importlib.util
 import json
 import sys
 from dataclasses import dataclass, field, fields
@@ -52,6 +53,15 @@ class DataArguments:
     num_eval_samples: int | None = field(default=None, metadata={"help": "Evaluate on the first N after a seeded shuffle."})
     prompt: str = field(default="", metadata={"help": "Text the model reads before the caption (not trained on)."})
     max_caption_tokens: int = field(default=48, metadata={"help": "Longer captions are cut to this many tokens."})
+    skip_bad_examples: bool = field(
+        default=True,
+        metadata={"help": "Every image is opened before training: true drops examples whose image does not decode or "
+                  "whose caption is empty, and lists them; false stops and names them. See docs/data.md."},
+    )
+    max_image_pixels: int = field(
+        default=64_000_000,
+        metadata={"help": "An image with more pixels (width x height) counts as bad: the guard against decompression bombs."},
+    )
 
 
 @dataclass
@@ -67,6 +77,37 @@ class StrategyArguments:
         default=8, metadata={"help": "After training, caption this many held-out photos and print them beside the truth."}
     )
     max_new_tokens: int = field(default=30, metadata={"help": "Longest alt text generated after training, in tokens."})
+    caption_metrics_samples: int = field(
+        default=0, metadata={"help": "At each evaluation, also score captions of the first N eval photos (BLEU, ROUGE-L, "
+                             "CIDEr-D, METEOR, exact match; see metrics/); 0: loss only."}
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Allow training into an output_dir that holds a saved model or checkpoints; its old "
+                  "checkpoint-* folders are removed. Without it, such a folder is an error unless resuming."},
+    )
+    save_model: bool = field(default=True, metadata={"help": "Save the trained model (or LoRA adapter) to output_dir at the end."})
+    use_peft: bool = field(default=False, metadata={"help": "Train LoRA adapters only; the base model stays frozen."})
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling numerator (the update is scaled by alpha / r)."})
+    lora_dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA input."})
+    lora_target_modules: list[str] | None = field(
+        default=None,
+        metadata={"help": "Module names (or one regular expression) to adapt; default: the language model's "
+                  "attention and MLP and the Q-Former's attention (models/adapters.py)."},
+    )
+    load_in_4bit: bool = field(
+        default=False, metadata={"help": "QLoRA: load the base model's linear layers in 4-bit NF4 (needs use_peft and a GPU)."}
+    )
+    bnb_4bit_use_double_quant: bool = field(default=True, metadata={"help": "QLoRA: quantize the quantization constants too."})
+    lr_scaling: str = field(
+        default="none",
+        metadata={"help": "none: use learning_rate as given; linear: multiply it by global batch / "
+                  "lr_reference_batch_size (global batch = per-device batch x accumulation x processes)."},
+    )
+    lr_reference_batch_size: int = field(
+        default=16, metadata={"help": "The global batch size at which learning_rate was chosen (lr_scaling: linear)."}
+    )
 
 
 @dataclass
@@ -139,10 +180,22 @@ def parse_args(argv: list[str] | None = None) -> Arguments:
     recipe_path = argv.pop(0) if argv and argv[0].endswith((".yaml", ".yml")) else None
     recipe = load_recipe(recipe_path) if recipe_path else {}
     words = to_argv(PROJECT_DEFAULTS) + to_argv(recipe) + argv
+    check_deepspeed_installed(words)
     model, data, strategy, training = _parse(words)
     words += to_argv(precision_flags(strategy.precision, training))
     model, data, strategy, training = _parse(words)
     return Arguments(model, data, strategy, training, recipe=recipe_path)
+
+
+def check_deepspeed_installed(words: list[str]) -> None:
+    """A DeepSpeed config needs the deepspeed package; TrainingArguments would fail halfway through without it."""
+    if "--deepspeed" not in words or importlib.util.find_spec("deepspeed") is not None:
+        return
+    config = words[len(words) - 1 - words[::-1].index("--deepspeed") + 1]
+    raise ConfigError(
+        f"deepspeed: {config} needs the deepspeed package, which is not installed; pip install deepspeed==0.19.8 "
+        "(it compiles its CPU Adam on first use and needs a CUDA GPU), or drop the deepspeed key"
+    )
 
 
 class _Parser(HfArgumentParser):
@@ -170,7 +223,9 @@ def precision_flags(precision: str, training: TrainingArguments) -> dict:
     """
     if precision not in PRECISIONS:
         raise ConfigError(f"precision: {precision!r} is unknown; use one of {', '.join(PRECISIONS)}")
-    wanted = {"bf16": precision == "bf16-mixed", "fp16": precision == "fp16-mixed"}
+    # DeepSpeed keeps bf16 weights only in its bf16 mode (with fp32 master weights), so bf16-true turns it on.
+    bf16_mode = precision == "bf16-mixed" or (precision == "bf16-true" and bool(training.deepspeed))
+    wanted = {"bf16": bf16_mode, "fp16": precision == "fp16-mixed"}
     for flag, value in wanted.items():
         if getattr(training, flag) and not value:
             raise ConfigError(

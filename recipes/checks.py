@@ -1,9 +1,13 @@
 """Check a whole configuration before any weight is loaded, and report every problem at once."""
 
+import json
+from pathlib import Path
+
 import torch
 
 from recipes.arguments import Arguments
 from recipes.errors import ConfigError
+from recipes.outputs import output_dir_problems
 
 
 def check_compatible(args: Arguments) -> None:
@@ -19,5 +23,66 @@ def check_compatible(args: Arguments) -> None:
         problems.append("precision: fp16-mixed needs a CUDA GPU; on the CPU use 32-true or bf16-mixed with use_cpu: true")
     if args.strategy.memory_log_steps <= 0:
         problems.append(f"memory_log_steps: {args.strategy.memory_log_steps}; use 1 or more")
+    problems += hardware_problems(args) + data_option_problems(args)
+    problems += output_dir_problems(training.output_dir, overwrite_output_dir=args.strategy.overwrite_output_dir,
+                                    resume_from_checkpoint=training.resume_from_checkpoint)
+    problems += strategy_problems(args)
     if problems:
         raise ConfigError("\n".join(problems))
+
+
+def hardware_problems(args: Arguments) -> list[str]:
+    """Precisions the GPU at hand cannot run (GPUs before Ampere have no bf16)."""
+    precision = args.strategy.precision
+    on_gpu = torch.cuda.is_available() and not args.training.use_cpu
+    if precision.startswith("bf16") and on_gpu and not torch.cuda.is_bf16_supported():
+        return [f"precision: {precision} needs bf16, which this GPU ({torch.cuda.get_device_name()}) lacks; "
+                "use precision: fp16-mixed, or 32-true"]
+    return []
+
+
+def data_option_problems(args: Arguments) -> list[str]:
+    if args.data.max_image_pixels <= 0:
+        return [f"max_image_pixels: {args.data.max_image_pixels}; use a positive pixel count such as 64000000"]
+    return []
+
+
+DEFAULT_OPTIM = "adamw_torch_fused"
+LR_SCALINGS = ("none", "linear")
+
+
+def strategy_problems(args: Arguments) -> list[str]:
+    """Combinations of memory strategies that cannot run, each with a working alternative."""
+    problems = []
+    strategy, training = args.strategy, args.training
+    if strategy.lr_scaling not in LR_SCALINGS:
+        problems.append(f"lr_scaling: {strategy.lr_scaling!r} is unknown; use one of {', '.join(LR_SCALINGS)}")
+    if strategy.load_in_4bit and not strategy.use_peft:
+        problems.append("load_in_4bit: true without use_peft: 4-bit weights cannot be trained directly; "
+                        "add use_peft: true (QLoRA) or drop load_in_4bit")
+    if strategy.load_in_4bit and not torch.cuda.is_available():
+        problems.append("load_in_4bit: QLoRA needs a CUDA GPU for bitsandbytes' 4-bit kernels; on the CPU use "
+                        "use_peft without load_in_4bit")
+    if training.deepspeed:
+        problems += deepspeed_problems(args)
+    return problems
+
+
+def deepspeed_problems(args: Arguments) -> list[str]:
+    strategy, training = args.strategy, args.training
+    path = training.deepspeed if isinstance(training.deepspeed, str) else None
+    config = training.deepspeed if isinstance(training.deepspeed, dict) else None
+    if path is not None:
+        if not Path(path).is_file():
+            return [f"deepspeed: {path!r} is not a file; use one of ds_configs/*.json"]
+        config = json.loads(Path(path).read_text())
+    zero = config.get("zero_optimization", {})
+    problems = []
+    optim = str(getattr(training.optim, "value", training.optim))
+    if "optimizer" in config and optim != DEFAULT_OPTIM:
+        problems.append(f"optim: {optim} is ignored under deepspeed: {path}, whose optimizer section steps "
+                        "DeepSpeed's own AdamW; drop optim, or drop the DeepSpeed config to use it")
+    if strategy.load_in_4bit and zero.get("stage") == 3:
+        problems.append("load_in_4bit with DeepSpeed ZeRO-3: ZeRO-3 cannot partition bitsandbytes' packed 4-bit "
+                        "weights; use ds_configs/zero2_offload.json, or QLoRA without DeepSpeed")
+    return problems

@@ -27,16 +27,24 @@ from callbacks import (  # noqa: E402
     oom_report,
     write_run_record,
 )
+from callbacks.caption_metrics import build_caption_metrics_callbacks  # noqa: E402
+from callbacks.interrupt import InterruptCallback, TrainingInterrupted  # noqa: E402
 from data.collate import CaptionCollator  # noqa: E402
 from data.loading import load_caption_dataset, select_splits  # noqa: E402
-from models.build import build_model  # noqa: E402
+from data.validate import validate_splits  # noqa: E402
+from models.adapters import apply_lora, build_lora_config  # noqa: E402
+from models.build import build_model, build_quantization_config  # noqa: E402
 from models.generation import generate_captions  # noqa: E402
+from models.presets import language_family  # noqa: E402
 from recipes.arguments import Arguments, model_dtype, parse_args  # noqa: E402
 from recipes.checks import check_compatible  # noqa: E402
 from recipes.errors import AltscaleError  # noqa: E402
+from recipes.publish import publish_run, trainer_args_without_push  # noqa: E402
+from recipes.outputs import prepare_output_dir, write_json_atomic  # noqa: E402
 
 EXIT_USER_ERROR = 2
 EXIT_OOM = 3
+EXIT_SIGINT = 130  # 128 + SIGINT, as a shell reports a Ctrl-C; a SIGTERM exits 143 (see TrainingInterrupted)
 
 
 class OutOfMemory(AltscaleError):
@@ -47,13 +55,19 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     check_compatible(args)  # fails before any weight is loaded
     set_seed(args.training.seed)
+    adjustments = scale_learning_rate(args)
+    dtype = model_dtype(args.strategy.precision)
     model, processor, model_report = build_model(
         args.model.model_name_or_path,
         init=args.model.init,
-        dtype=model_dtype(args.strategy.precision),
+        dtype=dtype,
         attn_implementation=args.model.attn_implementation,
         processor_name_or_path=args.model.processor_name_or_path,
+        quantization=build_quantization_config(
+            args.strategy.load_in_4bit, args.strategy.bnb_4bit_use_double_quant, compute_dtype=torch.bfloat16
+        ),
     )
+    model = apply_adapters(args, model)
     train_set, eval_set = build_datasets(args)
     collator = CaptionCollator(
         processor,
@@ -62,18 +76,53 @@ def main(argv: list[str] | None = None) -> dict:
         max_caption_tokens=args.data.max_caption_tokens,
     )
     trainer = build_trainer(args, model, processor, collator, train_set, eval_set)
-    record = train(args, trainer, model_report)
-    trainer.save_model()
+    record = train(args, trainer, model_report, adjustments)
+    if args.strategy.save_model:
+        trainer.save_model()
     result = {"record": record, "log_history": trainer.state.log_history, "output_dir": args.training.output_dir}
+    if args.training.push_to_hub and trainer.is_world_process_zero():
+        result["published"] = publish_run(args, trainer.model, processor, record)  # adapter + model card only
     if eval_set is not None and args.strategy.num_sample_captions and trainer.is_world_process_zero():
         result["captions"] = show_captions(args, trainer.model, collator, eval_set)
     return result
 
 
+def scale_learning_rate(args: Arguments) -> dict:
+    """The one place a recipe's value is changed: learning_rate under lr_scaling: linear. Returns the report."""
+    if args.strategy.lr_scaling != "linear":
+        return {}
+    training = args.training
+    global_batch = training.per_device_train_batch_size * training.gradient_accumulation_steps * training.world_size
+    asked = training.learning_rate
+    training.learning_rate = asked * global_batch / args.strategy.lr_reference_batch_size
+    change = {"asked": asked, "used": training.learning_rate,
+              "why": f"lr_scaling: linear, global batch {global_batch} / lr_reference_batch_size "
+                     f"{args.strategy.lr_reference_batch_size}"}
+    if training.process_index == 0:
+        print(f"learning_rate: asked {asked:g}, using {training.learning_rate:g} ({change['why']})")
+    return {"learning_rate": change}
+
+
+def apply_adapters(args: Arguments, model):
+    """LoRA (use_peft) or QLoRA (use_peft + load_in_4bit); the full model otherwise."""
+    if not args.strategy.use_peft:
+        return model
+    lora = build_lora_config(
+        language_family(model.config),
+        r=args.strategy.lora_r,
+        alpha=args.strategy.lora_alpha,
+        dropout=args.strategy.lora_dropout,
+        targets=args.strategy.lora_target_modules,
+    )
+    return apply_lora(
+        model, lora, quantized=args.strategy.load_in_4bit, gradient_checkpointing=args.training.gradient_checkpointing
+    )
+
+
 def build_datasets(args: Arguments):
     data = args.data
     dataset = load_caption_dataset(data.dataset_path, image_column=data.image_column, text_column=data.text_column)
-    return select_splits(
+    train_set, eval_set = select_splits(
         dataset,
         train_split=data.train_split,
         eval_split=data.eval_split,
@@ -82,6 +131,18 @@ def build_datasets(args: Arguments):
         num_eval_samples=data.num_eval_samples,
         seed=args.training.seed,
     )
+    # Open every image now: in a DataLoader worker a corrupt one would crash the run mid-epoch (docs/data.md).
+    splits, report = validate_splits(
+        {"train": train_set, "eval": eval_set},
+        skip_bad_examples=data.skip_bad_examples,
+        max_image_pixels=data.max_image_pixels,
+        min_train_examples=args.training.per_device_train_batch_size * args.training.world_size,
+    )
+    if args.training.process_index == 0:
+        print(report.summary())
+        if report.bad:
+            write_json_atomic(Path(args.training.output_dir) / "bad_examples.json", report.to_dict())
+    return splits["train"], splits["eval"]
 
 
 def build_trainer(args: Arguments, model, processor, collator: CaptionCollator, train_set, eval_set) -> Trainer:
@@ -93,12 +154,13 @@ def build_trainer(args: Arguments, model, processor, collator: CaptionCollator, 
     )
     trainer = Trainer(
         model=model,
-        args=args.training,
+        args=trainer_args_without_push(args.training),  # publish_run pushes, after training (recipes/publish.py)
         data_collator=collator,
         train_dataset=train_set,
         eval_dataset=eval_set,
         processing_class=processor,
-        callbacks=callbacks,
+        callbacks=[*callbacks, InterruptCallback(), *build_caption_metrics_callbacks(
+            args.strategy.caption_metrics_samples, collator, eval_set, args.strategy.max_new_tokens)],
     )
     log_memory_before_reporters(trainer)
     return trainer
@@ -114,17 +176,18 @@ def flops_per_sample(config, collator: CaptionCollator, train_set, sample_size: 
     return blip2_flops_per_sample(config, text_tokens=caption_tokens, prompt_tokens=prompt_tokens)
 
 
-def train(args: Arguments, trainer: Trainer, model_report) -> dict:
+def train(args: Arguments, trainer: Trainer, model_report, adjustments: dict) -> dict:
     """Run the Trainer and append the run's record; an OOM is recorded, then raised as one message."""
     config = {
         "model": asdict(args.model),
         "data": asdict(args.data),
         "strategy": asdict(args.strategy),
         "model_build": asdict(model_report),
+        "adjusted": adjustments,
     }
     recipe = Path(args.recipe).stem if args.recipe else "command-line"
     try:
-        trainer.train(resume_from_checkpoint=args.training.resume_from_checkpoint)
+        trainer.train(resume_from_checkpoint=prepare_output_dir(args))
     except torch.cuda.OutOfMemoryError as err:
         report = oom_report(memory_callback(trainer), err)
         write_run_record(trainer, status="oom", recipe=recipe, config=config, error=err)
@@ -132,10 +195,15 @@ def train(args: Arguments, trainer: Trainer, model_report) -> dict:
     except BaseException as err:
         write_run_record(trainer, status="error", recipe=recipe, config=config, error=err)
         raise
+    interrupt = next((cb for cb in trainer.callback_handler.callbacks if isinstance(cb, InterruptCallback)), None)
+    if interrupt is not None and interrupt.signal_received is not None:
+        write_run_record(trainer, status="interrupted", recipe=recipe, config=config)
+        raise TrainingInterrupted(interrupt, args.training)
     record = write_run_record(trainer, status="ok", recipe=recipe, config=config)
     if trainer.is_world_process_zero():
         print(format_summary(record["summary"]))
-        print(f"saved to {args.training.output_dir}; run record appended to {args.strategy.results_file}")
+        saved = f"saving to {args.training.output_dir}; " if args.strategy.save_model else ""
+        print(f"{saved}run record appended to {args.strategy.results_file}")
     return record
 
 
@@ -160,6 +228,12 @@ def run(argv: list[str] | None = None) -> int:
     except AltscaleError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except TrainingInterrupted as err:
+        print(f"stopped: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:  # Ctrl-C outside the training loop (loading, saving, captioning): nothing to save
+        print("stopped: interrupted before or after training; nothing was checkpointed", file=sys.stderr)
+        return EXIT_SIGINT
     return 0
 
 

@@ -105,7 +105,7 @@ def test_results_record_has_every_field(tmp_path):
 
 
 def test_unknown_status_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="status must be 'ok', 'oom' or 'error', got 'fine'"):
+    with pytest.raises(ValueError, match="status must be 'ok', 'oom', 'error' or 'interrupted', got 'fine'"):
         write_run_record(_trainer(tmp_path), status="fine", recipe="tiny")
 
 

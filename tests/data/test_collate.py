@@ -94,3 +94,25 @@ def test_greyscale_rgba_and_cmyk_photos_become_rgb(setup):
     _, _, collator = setup
     images = [Image.new(mode, (40, 30)) for mode in ("L", "RGBA", "CMYK", "P")]
     assert tuple(collator.pixel_values(images).shape[:2]) == (4, 3)
+
+
+def test_every_pil_mode_becomes_8_bit_rgb_with_its_content_kept():
+    import numpy as np
+
+    from data.collate import to_rgb
+
+    grey16 = Image.fromarray(np.full((4, 4), 32896, dtype=np.uint16))  # mid-grey in 16 bits: 128 after rescaling
+    assert grey16.mode == "I;16" and to_rgb(grey16).getpixel((0, 0)) == (128, 128, 128)
+    clear = Image.new("RGBA", (4, 4), (0, 0, 0, 0))  # fully transparent: shown on white, not black
+    assert to_rgb(clear).getpixel((0, 0)) == (255, 255, 255)
+    assert to_rgb(Image.new("LA", (4, 4), (10, 255))).getpixel((0, 0)) == (10, 10, 10)
+    assert to_rgb(Image.new("CMYK", (4, 4), (0, 255, 255, 0))).getpixel((0, 0)) == (255, 0, 0)
+    for mode in ("1", "L", "P", "PA", "I", "F", "YCbCr", "RGB"):
+        assert to_rgb(Image.new(mode, (4, 4))).mode == "RGB"
+
+
+def test_a_batch_of_mixed_modes_collates(setup):
+    _, _, collator = setup
+    modes = ("L", "LA", "P", "RGBA", "CMYK", "I;16", "RGB")
+    batch = collator([{"image": Image.new(mode, (40, 30)), "text": "a plate"} for mode in modes])
+    assert tuple(batch["pixel_values"].shape[:2]) == (len(modes), 3)

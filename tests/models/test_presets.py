@@ -77,3 +77,21 @@ def test_hub_id_with_random_init_uses_the_repo_architecture():
     from models.build import random_init_config
 
     assert random_init_config("Salesforce/blip2-opt-6.7b").text_config.hidden_size == 4096
+
+
+def test_a_local_model_folder_loads_pretrained_with_its_processor(tmp_path):
+    model, processor, _ = build_model("blip2-tiny-opt")
+    model.save_pretrained(tmp_path)
+    processor.save_pretrained(tmp_path)
+    loaded, loaded_processor, report = build_model(str(tmp_path))
+    assert report.init == "pretrained" and report.processor == str(tmp_path)
+    for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
+        assert torch.equal(a, b), name
+    assert loaded_processor.tokenizer.get_vocab() == processor.tokenizer.get_vocab()
+    _, _, fresh = build_model(str(tmp_path), init="random")  # same architecture, new weights
+    assert fresh.init == "random" and fresh.parameters == report.parameters
+
+
+def test_a_folder_without_a_model_says_what_it_needs(tmp_path):
+    with pytest.raises(ConfigError, match="needs config.json and the weights"):
+        build_model(str(tmp_path))

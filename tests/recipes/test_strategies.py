@@ -1,0 +1,118 @@
+"""Memory strategies chosen from the recipe, on the tiny model: LoRA, checkpointing, optimizers, LR scaling, checks."""
+
+import json
+
+import pytest
+import torch
+from peft import PeftModel
+
+from data.synthetic import make_synthetic_dataset
+from models.build import build_model
+from recipes import train
+from recipes.arguments import parse_args
+from recipes.checks import check_compatible, deepspeed_problems
+from recipes.errors import ConfigError
+
+BASE = ["--dataloader_num_workers", "0", "--disable_tqdm", "true", "--per_device_train_batch_size", "8",
+        "--max_steps", "2", "--memory_log_steps", "1", "--num_sample_captions", "0"]
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "food"
+    make_synthetic_dataset(path, num_train=48, num_test=8, seed=2, size=64)
+    return str(path)
+
+
+def run(tmp_path, photos, *extra):
+    result = train.main(["--dataset_path", photos, "--output_dir", str(tmp_path / "out"),
+                         "--results_file", str(tmp_path / "results.jsonl"), *BASE, *extra])
+    return result["record"]
+
+
+def snapshot(record, step, phase):
+    return next(r for r in record["snapshots"] if (r["step"], r["phase"]) == (step, phase))
+
+
+def test_lora_trains_adapters_only_and_saves_only_the_adapter(tmp_path, photos):
+    record = run(tmp_path, photos, "--use_peft", "true", "--lora_r", "4", "--gradient_checkpointing", "true")
+    effective = record["effective_config"]
+    assert effective["frozen_params"] == 329_856  # the whole tiny model
+    adapters = effective["trainable_params"]
+    assert 0 < adapters < 329_856 // 4
+    after_bwd = snapshot(record, 1, "after_bwd")
+    assert after_bwd["grads_cpu"] == adapters * 4  # fp32 gradients for adapter weights only
+    assert snapshot(record, 1, "after_step")["optim_cpu"] == adapters * 8 + effective_state_tensors(effective) * 4
+    assert effective["gradient_checkpointing"] is True
+    saved = {p.name for p in (tmp_path / "out").iterdir()}
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= saved and "model.safetensors" not in saved
+
+    base, _, _ = build_model("blip2-tiny-opt")
+    model = PeftModel.from_pretrained(base, tmp_path / "out")
+    trained = {n: p for n, p in model.named_parameters() if "lora_B" in n}
+    assert trained and any(p.abs().sum() > 0 for p in trained.values())  # lora_B starts at zero: it was trained
+
+
+def effective_state_tensors(effective) -> int:
+    """One 4-byte `step` counter per adapter tensor with AdamW state."""
+    return effective["optimizer_state_dtypes"]["exp_avg: torch.float32"]
+
+
+def test_sgd_without_momentum_keeps_no_optimizer_state(tmp_path, photos):
+    record = run(tmp_path, photos, "--optim", "sgd")
+    assert record["effective_config"]["optimizer_class"] == "torch.optim.sgd.SGD"
+    assert snapshot(record, 1, "after_step")["optim_cpu"] == 0
+
+
+def test_gradient_accumulation_with_linear_lr_scaling_reports_asked_and_used(tmp_path, photos):
+    record = run(tmp_path, photos, "--gradient_accumulation_steps", "4", "--learning_rate", "1e-4",
+                 "--lr_scaling", "linear", "--lr_reference_batch_size", "16")
+    adjusted = record["config"]["adjusted"]["learning_rate"]
+    assert (adjusted["asked"], adjusted["used"]) == (1e-4, pytest.approx(2e-4))  # global batch 32 / 16
+    assert record["config"]["training_args"]["learning_rate"] == pytest.approx(2e-4)
+    assert record["effective_config"]["global_batch_size"] == 32
+
+
+def test_eight_bit_adamw_runs_where_bitsandbytes_has_a_cpu_backend(tmp_path, photos):
+    pytest.importorskip("bitsandbytes", reason="bitsandbytes is not installed")
+    record = run(tmp_path, photos, "--optim", "adamw_bnb_8bit")
+    assert record["effective_config"]["optimizer_class"].startswith("bitsandbytes.optim")
+
+
+def test_qlora_without_peft_and_on_cpu_are_refused(monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    with pytest.raises(ConfigError) as caught:
+        check_compatible(parse_args(["--load_in_4bit", "true"]))
+    assert "add use_peft: true (QLoRA)" in str(caught.value) and "QLoRA needs a CUDA GPU" in str(caught.value)
+
+
+def test_unknown_lr_scaling_is_refused():
+    with pytest.raises(ConfigError, match="lr_scaling: 'sqrt' is unknown"):
+        check_compatible(parse_args(["--lr_scaling", "sqrt"]))
+
+
+def test_deepspeed_optimizer_section_and_an_explicit_optim_conflict(tmp_path):
+    args = parse_args(["--optim", "adamw_bnb_8bit"])
+    args.training.deepspeed = "ds_configs/zero2_offload.json"  # set after parsing: deepspeed need not be installed
+    assert any("optim: adamw_bnb_8bit is ignored" in p for p in deepspeed_problems(args))
+    args = parse_args(["--use_peft", "true", "--load_in_4bit", "true"])
+    args.training.deepspeed = "ds_configs/zero3_offload.json"
+    assert any("ZeRO-3 cannot partition" in p for p in deepspeed_problems(args))
+    args.training.deepspeed = "ds_configs/nope.json"
+    assert deepspeed_problems(args) == ["deepspeed: 'ds_configs/nope.json' is not a file; use one of ds_configs/*.json"]
+
+
+@pytest.mark.parametrize("name", ["zero2_offload", "zero3_offload"])
+def test_offload_configs_step_deepspeeds_fast_cpu_adam(name):
+    config = json.loads(open(f"ds_configs/{name}.json").read())
+    assert config["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    assert config["optimizer"]["type"] == "AdamW" and config["optimizer"]["params"]["torch_adam"] is False
+
+
+def test_bf16_true_under_deepspeed_turns_on_deepspeeds_bf16_mode():
+    from recipes.arguments import precision_flags
+
+    training = parse_args([]).training
+    training.deepspeed = "ds_configs/zero2_offload.json"
+    assert precision_flags("bf16-true", training) == {"bf16": True}
+    assert torch.bfloat16  # bf16 weights on the GPU, fp32 master weights inside DeepSpeed
