@@ -7,7 +7,8 @@ from data.collate import CaptionCollator
 
 @torch.no_grad()
 def generate_captions(
-    model, collator: CaptionCollator, images: list, *, max_new_tokens: int = 30, num_beams: int = 1, batch_size: int = 16
+    model, collator: CaptionCollator, images: list, *, max_new_tokens: int = 30, num_beams: int = 1, batch_size: int = 16,
+    **generate_kwargs,
 ) -> list[str]:
     """One caption per image, stripped; an empty generation becomes "image" so alt text is never blank."""
     was_training = model.training
@@ -19,7 +20,9 @@ def generate_captions(
         inputs = collator.generation_inputs(images[start : start + batch_size])
         inputs = {key: value.to(device) for key, value in inputs.items()}
         inputs["pixel_values"] = inputs["pixel_values"].to(dtype)
-        output = model.generate(**inputs, max_new_tokens=max_new_tokens, num_beams=num_beams, do_sample=False)
+        output = model.generate(
+            **inputs, max_new_tokens=max_new_tokens, num_beams=num_beams, do_sample=False, **generate_kwargs
+        )
         if model.config.use_decoder_only_language_model:
             # A decoder-only model returns the prompt too; keep what it wrote after it.
             output = output[:, inputs["input_ids"].shape[1] :]

@@ -143,6 +143,14 @@ def trainer_args_without_push(training):
     return trainer_args
 
 
+def push_adjustment(training) -> dict:
+    """The run record's note that push_to_hub is carried out by publish_run, not by the Trainer."""
+    if not training.push_to_hub:
+        return {}
+    return {"push_to_hub": {"asked": True, "used": "recipes/publish.py after training (the Trainer's copy has false)",
+                            "why": "the Trainer would upload all of output_dir; we upload the adapter or model and a card"}}
+
+
 def publish_run(args, model, processor, record: dict | None, scores: dict | None = None) -> dict:
     """After training with push_to_hub: stage <output_dir>/hub-staging and upload it to hub_model_id."""
     training = args.training

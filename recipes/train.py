@@ -39,7 +39,7 @@ from models.presets import language_family  # noqa: E402
 from recipes.arguments import Arguments, model_dtype, parse_args  # noqa: E402
 from recipes.checks import check_compatible  # noqa: E402
 from recipes.errors import AltscaleError  # noqa: E402
-from recipes.publish import publish_run, trainer_args_without_push  # noqa: E402
+from recipes.publish import publish_run, push_adjustment, trainer_args_without_push  # noqa: E402
 from recipes.outputs import prepare_output_dir, write_json_atomic  # noqa: E402
 
 EXIT_USER_ERROR = 2
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     check_compatible(args)  # fails before any weight is loaded
     set_seed(args.training.seed)
-    adjustments = scale_learning_rate(args)
+    adjustments = scale_learning_rate(args) | push_adjustment(args.training)
     dtype = model_dtype(args.strategy.precision)
     model, processor, model_report = build_model(
         args.model.model_name_or_path,
