@@ -4,13 +4,7 @@
 # On the device machine (no network):  bash benchmarks/gpu_core.sh   (carry .whl; see ../shared/device)
 # Writes logs and the results file under $OUT (default runs/bench).
 set -euo pipefail
-OUT=${OUT:-runs/bench}
-mkdir -p "$OUT"
-if [ -d .whl ] && ! python3 -c "import datasets" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-fi
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+source "$(dirname "$0")/device_env.sh"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -c "import torch, transformers, accelerate; print('torch', torch.__version__, 'transformers', transformers.__version__, 'accelerate', accelerate.__version__)" | tee -a "$OUT/gpu.txt"
 python3 -m data.synthetic --out data/synthetic_food-224 --size 224 --num-train 512 --num-test 64

@@ -3,13 +3,7 @@
 # a LoRA adapter trained on it for 2 steps, then batched bf16 generation of alt text for 64 photos (images/s).
 # Also checks ZeRO-3 offload on opt-2.7b for 3 steps. On the device machine: bash benchmarks/gpu_generate.sh
 set -euo pipefail
-OUT=${OUT:-runs/bench}
-mkdir -p "$OUT"
-if [ -d .whl ] && ! python3 -c "import datasets" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-fi
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+source "$(dirname "$0")/device_env.sh"
 [ -f data/synthetic_food-224/dataset_dict.json ] || python3 -m data.synthetic --out data/synthetic_food-224 --size 224 --num-train 512 --num-test 64
 python3 - <<'PY'
 import torch

@@ -23,10 +23,9 @@ from transformers import HfArgumentParser, set_seed  # noqa: E402
 from data import pages  # noqa: E402
 from data.loading import load_caption_dataset  # noqa: E402
 from models.captioner import build_collator, load_captioner, resolve_dtype, write_alt_text  # noqa: E402
-from recipes.errors import AltscaleError, ConfigError, DataError  # noqa: E402
+from recipes.errors import ConfigError, DataError, run_cli  # noqa: E402
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp", ".tif", ".tiff")
-EXIT_USER_ERROR = 2
 
 
 @dataclass
@@ -221,12 +220,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 def run(argv: list[str] | None = None) -> int:
-    try:
-        main(argv)
-    except AltscaleError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_USER_ERROR
-    return 0
+    return run_cli(main, argv)
 
 
 if __name__ == "__main__":

@@ -20,9 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 
 from peft import PeftModel  # noqa: E402
 
-from recipes.errors import AltscaleError, ConfigError, DataError  # noqa: E402
+from recipes.errors import ConfigError, DataError, run_cli  # noqa: E402
 
-EXIT_USER_ERROR = 2
 GIB = 1024**3
 CARD_METRICS = ("bleu", "rougeL", "cider", "meteor", "exact_match", "token_f1")  # score.py's headline numbers
 
@@ -216,12 +215,7 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def run(argv: list[str] | None = None) -> int:
-    try:
-        main(argv)
-    except AltscaleError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_USER_ERROR
-    return 0
+    return run_cli(main, argv)
 
 
 if __name__ == "__main__":

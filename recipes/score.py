@@ -19,12 +19,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script: the repo root holds the packages
 
 from metrics import METRICS, compute_scores  # noqa: E402
-from recipes.errors import AltscaleError, ConfigError, DataError  # noqa: E402
+from recipes.errors import ConfigError, DataError, run_cli  # noqa: E402
 from recipes.generate import CaptionerArguments, _Parser, check_captioner, load_split  # noqa: E402
 
 # The one number each module contributes to the table (others stay in the JSON).
 HEADLINE = {"bleu": ["bleu"], "rouge_l": ["rougeL"], "cider": ["cider"], "meteor": ["meteor"], "caption_match": ["exact_match", "token_f1"]}
-EXIT_USER_ERROR = 2
 
 
 @dataclass
@@ -98,12 +97,7 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def run(argv: list[str] | None = None) -> int:
-    try:
-        main(argv)
-    except AltscaleError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_USER_ERROR
-    return 0
+    return run_cli(main, argv)
 
 
 if __name__ == "__main__":
