@@ -26,6 +26,7 @@ def check_compatible(args: Arguments) -> None:
     problems += hardware_problems(args) + data_option_problems(args)
     problems += output_dir_problems(training.output_dir, overwrite_output_dir=args.strategy.overwrite_output_dir,
                                     resume_from_checkpoint=training.resume_from_checkpoint)
+    problems += model_problems(args)
     problems += strategy_problems(args)
     if problems:
         raise ConfigError("\n".join(problems))
@@ -44,6 +45,18 @@ def hardware_problems(args: Arguments) -> list[str]:
 def data_option_problems(args: Arguments) -> list[str]:
     if args.data.max_image_pixels <= 0:
         return [f"max_image_pixels: {args.data.max_image_pixels}; use a positive pixel count such as 64000000"]
+    return []
+
+
+def model_problems(args: Arguments) -> list[str]:
+    """A random init needs an architecture: a preset, a Hub id a preset copies, or a folder with config.json."""
+    from models.build import random_init_config, resolve_init
+
+    try:
+        if resolve_init(args.model.model_name_or_path, args.model.init) == "random":
+            random_init_config(args.model.model_name_or_path)  # reads a small JSON file, builds nothing
+    except ConfigError as err:
+        return [str(err)]
     return []
 
 

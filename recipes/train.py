@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> dict:
     check_compatible(args)  # fails before any weight is loaded
     set_seed(args.training.seed)
     adjustments = scale_learning_rate(args) | push_adjustment(args.training)
+    train_set, eval_set = build_datasets(args)  # bad data stops the run before a large model is built
     dtype = model_dtype(args.strategy.precision)
     model, processor, model_report = build_model(
         args.model.model_name_or_path,
@@ -68,7 +69,6 @@ def main(argv: list[str] | None = None) -> dict:
         ),
     )
     model = apply_adapters(args, model)
-    train_set, eval_set = build_datasets(args)
     collator = CaptionCollator(
         processor,
         decoder_only=model.config.use_decoder_only_language_model,
