@@ -38,7 +38,7 @@ class CaptionCollator:
 
     def generation_inputs(self, images: list) -> dict[str, torch.Tensor]:
         """Inputs for `model.generate`: image tokens and prompt, left-padded so every row ends where decoding starts."""
-        prompt_ids = self._prompt_ids()
+        prompt_ids = self.prompt_ids()
         rows = [self.image_tokens + prompt_ids] * len(images)
         input_ids, attention_mask = self._pad(rows, self.tokenizer.pad_token_id, left=self.decoder_only)
         return {"pixel_values": self.pixel_values(images), "input_ids": input_ids, "attention_mask": attention_mask}
@@ -46,19 +46,20 @@ class CaptionCollator:
     def pixel_values(self, images: list) -> torch.Tensor:
         return self.processor.image_processor([to_rgb(image) for image in images], return_tensors="pt")["pixel_values"]
 
-    def _prompt_ids(self) -> list[int]:
+    def prompt_ids(self) -> list[int]:
         # OPT's tokenizer prepends bos and T5's appends eos: exactly the special tokens each model expects here.
         return self.tokenizer(self.prompt).input_ids
 
-    def _caption_ids(self, caption: str) -> list[int]:
+    def caption_ids(self, caption: str) -> list[int]:
+        """The label ids of one caption: its tokens, cut to max_caption_tokens, then eos."""
         ids = self.tokenizer(caption, add_special_tokens=False).input_ids[: self.max_caption_tokens]
         return ids + [self.tokenizer.eos_token_id]  # eos teaches the model where alt text ends
 
     def _decoder_only_batch(self, captions: list[str]) -> dict[str, torch.Tensor]:
-        prefix = self.image_tokens + self._prompt_ids()
+        prefix = self.image_tokens + self.prompt_ids()
         rows, label_rows = [], []
         for caption in captions:
-            caption_ids = self._caption_ids(caption)
+            caption_ids = self.caption_ids(caption)
             rows.append(prefix + caption_ids)
             label_rows.append([IGNORE_INDEX] * len(prefix) + caption_ids)
         input_ids, attention_mask = self._pad(rows, self.tokenizer.pad_token_id)
@@ -66,9 +67,9 @@ class CaptionCollator:
         return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
     def _encoder_decoder_batch(self, captions: list[str]) -> dict[str, torch.Tensor]:
-        encoder_row = self.image_tokens + self._prompt_ids()
+        encoder_row = self.image_tokens + self.prompt_ids()
         input_ids, attention_mask = self._pad([encoder_row] * len(captions), self.tokenizer.pad_token_id)
-        labels, _ = self._pad([self._caption_ids(caption) for caption in captions], IGNORE_INDEX)
+        labels, _ = self._pad([self.caption_ids(caption) for caption in captions], IGNORE_INDEX)
         return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
     @staticmethod

@@ -4,18 +4,29 @@ from pathlib import Path
 
 import importlib.util
 
-from transformers import Blip2Config, Blip2Processor, BlipImageProcessor, BlipImageProcessorPil
+from transformers import Blip2Config, Blip2Processor, BlipImageProcessorPil
 from transformers.image_utils import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
 
 from models.presets import language_family
 from models.tokenizer import load_offline_tokenizer
 
 
+def _image_processor_class():
+    """The torchvision backend where it is installed (faster), else PIL.
+
+    Even importing BlipImageProcessor without torchvision prints a fallback warning, so it is imported only here.
+    """
+    if importlib.util.find_spec("torchvision"):
+        from transformers import BlipImageProcessor
+
+        return BlipImageProcessor
+    return BlipImageProcessorPil
+
+
 def build_offline_processor(config: Blip2Config) -> Blip2Processor:
     """A processor made from files in the repo, matching the published BLIP-2 preprocessing."""
     size = config.vision_config.image_size
-    # The torchvision backend is faster; without torchvision, say PIL outright rather than fall back with a warning.
-    backend = BlipImageProcessor if importlib.util.find_spec("torchvision") else BlipImageProcessorPil
+    backend = _image_processor_class()
     image_processor = backend(
         size={"height": size, "width": size},
         image_mean=OPENAI_CLIP_MEAN,

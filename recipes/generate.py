@@ -17,6 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root holds the packages
 
+import recipes  # noqa: E402,F401  (first: it quiets a bitsandbytes import-time warning)
+
 import torch  # noqa: E402
 from transformers import HfArgumentParser, set_seed  # noqa: E402
 

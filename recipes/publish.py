@@ -18,6 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root holds the packages
 
+import recipes  # noqa: E402,F401  (first: it quiets a bitsandbytes import-time warning)
+
 from peft import PeftModel  # noqa: E402
 
 from recipes.errors import ConfigError, DataError, run_cli  # noqa: E402

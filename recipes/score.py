@@ -18,6 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script: the repo root holds the packages
 
+import recipes  # noqa: E402,F401  (first: it quiets a bitsandbytes import-time warning)
+
 from metrics import METRICS, compute_scores  # noqa: E402
 from recipes.errors import ConfigError, DataError, run_cli  # noqa: E402
 from recipes.generate import CaptionerArguments, _Parser, check_captioner, load_split  # noqa: E402

@@ -15,6 +15,8 @@ from pathlib import Path
 PROCESS_START = time.time()
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root holds the packages
 
+import recipes  # noqa: E402,F401  (first: it quiets a bitsandbytes import-time warning)
+
 import torch  # noqa: E402
 from transformers import Trainer, set_seed  # noqa: E402
 
@@ -38,11 +40,10 @@ from models.generation import generate_captions  # noqa: E402
 from models.presets import language_family  # noqa: E402
 from recipes.arguments import Arguments, model_dtype, parse_args  # noqa: E402
 from recipes.checks import check_compatible  # noqa: E402
-from recipes.errors import AltscaleError  # noqa: E402
+from recipes.errors import EXIT_USER_ERROR, AltscaleError  # noqa: E402
 from recipes.publish import publish_run, push_adjustment, trainer_args_without_push  # noqa: E402
 from recipes.outputs import prepare_output_dir, write_json_atomic  # noqa: E402
 
-EXIT_USER_ERROR = 2
 EXIT_OOM = 3
 EXIT_SIGINT = 130  # 128 + SIGINT, as a shell reports a Ctrl-C; a SIGTERM exits 143 (see TrainingInterrupted)
 
@@ -169,8 +170,8 @@ def build_trainer(args: Arguments, model, processor, collator: CaptionCollator, 
 def flops_per_sample(config, collator: CaptionCollator, train_set, sample_size: int = 256) -> float:
     """Training FLOPs of a mean sample, from the caption lengths of up to `sample_size` training examples."""
     captions = train_set.select(range(min(sample_size, len(train_set))))["text"]
-    caption_tokens = sum(len(collator._caption_ids(text)) for text in captions) / len(captions)
-    prompt_tokens = len(collator._prompt_ids())
+    caption_tokens = sum(len(collator.caption_ids(text)) for text in captions) / len(captions)
+    prompt_tokens = len(collator.prompt_ids())
     if config.use_decoder_only_language_model:
         return blip2_flops_per_sample(config, text_tokens=prompt_tokens + caption_tokens)
     return blip2_flops_per_sample(config, text_tokens=caption_tokens, prompt_tokens=prompt_tokens)
