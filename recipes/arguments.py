@@ -198,18 +198,32 @@ def check_deepspeed_installed(words: list[str]) -> None:
     )
 
 
-class _Parser(HfArgumentParser):
+class Parser(HfArgumentParser):
+    """The parser of every script: a bad value is one ConfigError line, and a typo never matches a longer option.
+
+    argparse would print the whole usage and exit 2; one line naming the bad value, and where help is, is enough.
+    """
+
+    def __init__(self, groups, *, source: str = "command line", help_command: str | None = None):
+        super().__init__(groups, allow_abbrev=False)
+        self.source = source
+        self.help_command = help_command or f"python {Path(sys.argv[0]).name} --help"
+
     def error(self, message: str):
-        # argparse would print the whole usage and exit 2; one line naming the bad value is enough.
-        raise ConfigError(f"recipe or command line: {message}; see `python recipes/train.py --help`")
+        raise ConfigError(f"{self.source}: {message}; see `{self.help_command}`")
+
+    def parse_args_into_dataclasses(self, *args, **kwargs):
+        try:
+            return super().parse_args_into_dataclasses(*args, **kwargs)
+        except ConfigError:
+            raise  # already one line from error()
+        except ValueError as err:  # options nobody takes, and the dataclasses' own checks (TrainingArguments)
+            raise ConfigError(f"{self.source}: {err}") from None
 
 
 def _parse(words: list[str]):
-    parser = _Parser(GROUPS, allow_abbrev=False)  # a typo must not silently match a longer option
-    try:
-        *groups, unknown = parser.parse_args_into_dataclasses(args=words, return_remaining_strings=True)
-    except ValueError as err:  # TrainingArguments' own checks (__post_init__) raise ValueError
-        raise ConfigError(str(err)) from None
+    parser = Parser(GROUPS, source="recipe or command line", help_command="python recipes/train.py --help")
+    *groups, unknown = parser.parse_args_into_dataclasses(args=words, return_remaining_strings=True)
     if unknown:
         flags = [word.lstrip("-") for word in unknown if word.startswith("--")] or unknown
         raise ConfigError("\n".join(f"command line: unknown option {flag!r}{_closest(flag)}" for flag in flags))

@@ -20,11 +20,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 import recipes  # noqa: E402,F401  (first: it quiets a bitsandbytes import-time warning)
 
 import torch  # noqa: E402
-from transformers import HfArgumentParser, set_seed  # noqa: E402
+from transformers import set_seed  # noqa: E402
 
 from data import pages  # noqa: E402
 from data.loading import load_caption_dataset  # noqa: E402
 from models.captioner import build_collator, load_captioner, resolve_dtype, write_alt_text  # noqa: E402
+from recipes.arguments import Parser  # noqa: E402
 from recipes.errors import ConfigError, DataError, run_cli  # noqa: E402
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp", ".tif", ".tiff")
@@ -64,17 +65,8 @@ class SourceArguments:
     output: str | None = field(default=None, metadata={"help": "JSONL file for the results; default stdout (HTML mode: none, or the report)."})
 
 
-class _Parser(HfArgumentParser):
-    def error(self, message: str):
-        raise ConfigError(f"command line: {message}; see `python {Path(sys.argv[0]).name} --help`")
-
-
 def parse_args(argv: list[str] | None, groups=(CaptionerArguments, SourceArguments)):
-    parser = _Parser(groups, allow_abbrev=False)  # a typo must not silently match a longer option
-    try:
-        return parser.parse_args_into_dataclasses(args=argv)
-    except ValueError as err:  # HfArgumentParser's "arguments are not used" for unknown options
-        raise ConfigError(f"command line: {err}") from None
+    return Parser(groups).parse_args_into_dataclasses(args=argv)
 
 
 def check_captioner(args: CaptionerArguments) -> list[str]:

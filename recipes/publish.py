@@ -181,13 +181,9 @@ def find_record(results_file: str | Path, output_dir: str | Path) -> dict | None
 
 def main(argv: list[str] | None = None) -> dict:
     from models.captioner import load_captioner
-    from recipes.generate import _Parser
+    from recipes.arguments import Parser
 
-    parser = _Parser(PublishArguments, allow_abbrev=False)
-    try:
-        (args,) = parser.parse_args_into_dataclasses(args=argv)
-    except ValueError as err:
-        raise ConfigError(f"command line: {err}") from None
+    (args,) = Parser(PublishArguments).parse_args_into_dataclasses(args=argv)
     problems = [f"--{name}: required" for name in ("output_dir", "hub_model_id") if not getattr(args, name)]
     if args.hub_model_id and args.hub_model_id.count("/") != 1:
         problems.append(f"--hub_model_id {args.hub_model_id!r}: use owner/name")

@@ -22,7 +22,8 @@ import recipes  # noqa: E402,F401  (first: it quiets a bitsandbytes import-time 
 
 from metrics import METRICS, compute_scores  # noqa: E402
 from recipes.errors import ConfigError, DataError, run_cli  # noqa: E402
-from recipes.generate import CaptionerArguments, _Parser, check_captioner, load_split  # noqa: E402
+from recipes.arguments import Parser  # noqa: E402
+from recipes.generate import CaptionerArguments, check_captioner, load_split  # noqa: E402
 
 # The one number each module contributes to the table (others stay in the JSON).
 HEADLINE = {"bleu": ["bleu"], "rouge_l": ["rougeL"], "cider": ["cider"], "meteor": ["meteor"], "caption_match": ["exact_match", "token_f1"]}
@@ -75,11 +76,7 @@ def format_scores(scores: dict, what: str, count: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = _Parser((CaptionerArguments, ScoreArguments), allow_abbrev=False)
-    try:
-        model_args, data = parser.parse_args_into_dataclasses(args=argv)
-    except ValueError as err:
-        raise ConfigError(f"command line: {err}") from None
+    model_args, data = Parser((CaptionerArguments, ScoreArguments)).parse_args_into_dataclasses(args=argv)
     if data.predictions:
         written, references = read_predictions(Path(data.predictions))
         what = f"predictions {data.predictions}"
