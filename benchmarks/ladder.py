@@ -9,7 +9,6 @@ steps (past step 1, where memory reaches its steady state) and skips saving the 
 """
 
 import argparse
-import json
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.results_table import HEADER, rows  # noqa: E402
+from callbacks.results import read_records  # noqa: E402
 
 LADDER_FILE = ROOT / "recipes" / "ladder.txt"
 BENCH_OVERRIDES = ["--max_steps", "3", "--save_model", "false"]
@@ -86,10 +86,6 @@ def main(argv: list[str] | None = None) -> int:
         outcomes.append((name, code, seconds, written[-1] if written else None))
     print_table(outcomes)
     return 0
-
-
-def read_records(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
 def print_table(outcomes: list[tuple[str, int, float, dict | None]]) -> None:

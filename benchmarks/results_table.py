@@ -4,7 +4,12 @@
 """
 
 import argparse
-import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root holds the packages
+
+from callbacks.results import read_records  # noqa: E402
 
 GIB = 2**30
 CATEGORIES = ("params_gpu", "grads_gpu", "optim_gpu", "optim_cpu", "act_other_bytes", "allocated_bytes", "reserved_bytes")
@@ -52,9 +57,7 @@ def main() -> None:
     parser.add_argument("results_file")
     parser.add_argument("--markdown", action="store_true", help="Print a Markdown table for BENCHMARKS.md.")
     args = parser.parse_args()
-    with open(args.results_file) as f:
-        records = [json.loads(line) for line in f if line.strip()]
-    table = rows(records)
+    table = rows(read_records(args.results_file))
     if args.markdown:
         print("| " + " | ".join(HEADER) + " |")
         print("|" + "---|" * len(HEADER))

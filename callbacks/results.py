@@ -56,6 +56,14 @@ def append_json_line(path: str | Path, record: dict[str, Any]) -> None:
         os.close(fd)
 
 
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    """Every record in a results file, oldest first; none when the file does not exist yet."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def _find(trainer: Any, kind: type) -> Any:
     return next((cb for cb in trainer.callback_handler.callbacks if isinstance(cb, kind)), None)
 

@@ -22,6 +22,7 @@ import recipes  # noqa: E402,F401  (first: it quiets a bitsandbytes import-time 
 
 from peft import PeftModel  # noqa: E402
 
+from callbacks.results import read_records  # noqa: E402
 from recipes.errors import ConfigError, DataError, run_cli  # noqa: E402
 
 GIB = 1024**3
@@ -167,12 +168,8 @@ def publish_run(args, model, processor, record: dict | None, scores: dict | None
 
 def find_record(results_file: str | Path, output_dir: str | Path) -> dict | None:
     """The newest successful record of the run that wrote output_dir."""
-    path = Path(results_file)
-    if not path.is_file():
-        return None
     wanted = Path(output_dir).resolve()
-    for line in reversed(path.read_text().splitlines()):
-        record = json.loads(line)
+    for record in reversed(read_records(results_file)):
         run_dir = record.get("config", {}).get("training_args", {}).get("output_dir")
         if record.get("status") == "ok" and run_dir and Path(run_dir).resolve() == wanted:
             return record
