@@ -9,6 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root holds the packages
 
+import recipes  # noqa: E402,F401  (first: it quiets a bitsandbytes import-time warning)
 from callbacks.results import read_records  # noqa: E402
 
 GIB = 2**30
