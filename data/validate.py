@@ -46,9 +46,15 @@ class DataReport:
     def summary(self) -> str:
         if not self.bad:
             return f"data: {sum(self.checked.values())} examples checked, none bad"
-        listed = "\n".join(f"  {bad.describe()}" for bad in self.bad[:MAX_LISTED])
-        more = f"\n  ... and {len(self.bad) - MAX_LISTED} more" if len(self.bad) > MAX_LISTED else ""
-        return f"data: skipped {len(self.bad)} of {sum(self.checked.values())} examples:\n{listed}{more}"
+        return f"data: skipped {len(self.bad)} of {sum(self.checked.values())} examples:\n{listed(self.bad)}"
+
+
+def listed(bad: list[BadExample]) -> str:
+    """The first MAX_LISTED bad examples, one per line, and how many more there are."""
+    lines = [f"  {example.describe()}" for example in bad[:MAX_LISTED]]
+    if len(bad) > MAX_LISTED:
+        lines.append(f"  ... and {len(bad) - MAX_LISTED} more")
+    return "\n".join(lines)
 
 
 def image_problem(image: dict, max_image_pixels: int) -> str | None:
@@ -115,16 +121,15 @@ def validate_splits(
         drop = {b.index for b in bad}
         kept[name] = split.select([i for i in range(len(split)) if i not in drop]) if drop else split
     if report.bad and not skip_bad_examples:
-        listed = "\n".join(f"  {bad.describe()}" for bad in report.bad[:MAX_LISTED])
-        more = f"\n  ... and {len(report.bad) - MAX_LISTED} more" if len(report.bad) > MAX_LISTED else ""
         raise DataError(
-            f"dataset has {len(report.bad)} bad examples:\n{listed}{more}\n"
+            f"dataset has {len(report.bad)} bad examples:\n{listed(report.bad)}\n"
             "fix or remove these files, or set skip_bad_examples: true to train without them"
         )
     train = kept.get("train")
     if train is not None and len(train) == 0:
-        listed = "\n".join(f"  {bad.describe()}" for bad in report.bad[:MAX_LISTED])
-        raise DataError(f"every train example is bad, so none is left to train on:\n{listed}\nfix these files or captions")
+        raise DataError(
+            f"every train example is bad, so none is left to train on:\n{listed(report.bad)}\nfix these files or captions"
+        )
     if train is not None and len(train) < min_train_examples:
         skipped = sum(1 for bad in report.bad if bad.split == "train")
         raise DataError(
