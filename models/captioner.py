@@ -7,12 +7,11 @@ from peft import PeftConfig, PeftModel
 
 from data.collate import CaptionCollator
 from models.build import build_device, build_model, build_quantization_config
-from models.generation import generate_captions
+from models.generation import FALLBACK_ALT_TEXT, generate_captions
 from recipes.errors import ConfigError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
-FALLBACK_ALT_TEXT = "image"  # alt text must never be empty: an empty alt marks a picture as decorative
 
 
 def resolve_dtype(name: str) -> torch.dtype:

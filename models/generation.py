@@ -4,13 +4,15 @@ import torch
 
 from data.collate import CaptionCollator
 
+FALLBACK_ALT_TEXT = "image"  # alt text must never be empty: an empty alt marks a picture as decorative
+
 
 @torch.no_grad()
 def generate_captions(
     model, collator: CaptionCollator, images: list, *, max_new_tokens: int = 30, num_beams: int = 1, batch_size: int = 16,
     **generate_kwargs,
 ) -> list[str]:
-    """One caption per image, stripped; an empty generation becomes "image" so alt text is never blank."""
+    """One caption per image, stripped; an empty generation becomes FALLBACK_ALT_TEXT, so alt text is never blank."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -27,6 +29,6 @@ def generate_captions(
             # A decoder-only model returns the prompt too; keep what it wrote after it.
             output = output[:, inputs["input_ids"].shape[1] :]
         texts = collator.tokenizer.batch_decode(output, skip_special_tokens=True)
-        captions.extend(text.strip() or "image" for text in texts)
+        captions.extend(text.strip() or FALLBACK_ALT_TEXT for text in texts)
     model.train(was_training)
     return captions
