@@ -17,8 +17,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.results_table import HEADER, rows  # noqa: E402
+from benchmarks.results_table import HEADER, aligned, rows  # noqa: E402
 from callbacks.results import read_records  # noqa: E402
+from recipes.arguments import load_recipe  # noqa: E402
 
 LADDER_FILE = ROOT / "recipes" / "ladder.txt"
 BENCH_OVERRIDES = ["--max_steps", "3", "--save_model", "false"]
@@ -33,7 +34,7 @@ def step_command(name: str, *, results_file: str, bench: bool, launcher: list[st
     recipe = ROOT / "recipes" / "blip2" / f"{name}.yaml"
     extra = BENCH_OVERRIDES if bench else []
     # A recipe's own max_steps (e.g. the ZeRO offload step) is shorter than the bench default: keep it.
-    if bench and "max_steps:" in recipe.read_text():
+    if bench and "max_steps" in load_recipe(recipe):
         extra = ["--save_model", "false"]
     return [*launcher, str(ROOT / "recipes" / "train.py"), str(recipe), "--results_file", results_file, *extra]
 
@@ -98,10 +99,8 @@ def print_table(outcomes: list[tuple[str, int, float, dict | None]]) -> None:
             status = EXIT_STATUS.get(code, f"exit {code}")
             table.append([name, status, *["n/a"] * (len(HEADER) - 2), f"{seconds:.0f}"])
     header = [*HEADER, "wall s"]
-    widths = [max(len(str(c)) for c in column) for column in zip(header, *table)]
     print("\nladder (memory in GiB on rank 0 after step 1's optimizer step, or the last snapshot before an OOM):")
-    for row in [header, *table]:
-        print("  ".join(str(c).rjust(w) for c, w in zip(row, widths)))
+    print(aligned(header, table))
 
 if __name__ == "__main__":
     sys.exit(main())

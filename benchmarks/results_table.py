@@ -53,6 +53,12 @@ HEADER = ["recipe", "status", "GPUs", "train s", "1st step s", "samples/s", "TFL
           "params", "grads", "optim", "optim(cpu)", "act+other", "alloc", "reserved"]
 
 
+def aligned(header: list[str], table: list[list[str]]) -> str:
+    """Header and rows as right-aligned columns."""
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *table)]
+    return "\n".join("  ".join(str(c).rjust(w) for c, w in zip(row, widths)) for row in [header, *table])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results_file")
@@ -65,9 +71,7 @@ def main() -> None:
         for row in table:
             print("| " + " | ".join(row) + " |")
         return
-    widths = [max(len(str(c)) for c in column) for column in zip(HEADER, *table)]
-    for row in [HEADER, *table]:
-        print("  ".join(str(c).rjust(w) for c, w in zip(row, widths)))
+    print(aligned(HEADER, table))
     print("memory columns: GiB on rank 0 after the optimizer step of step 1; act+other is a residual (alloc - the rest)")
 
 
