@@ -18,7 +18,8 @@ Use from a recipe:
 
 Public API:
     build_callbacks(memory_log_steps=50, results_file="runs/results.jsonl", flops_per_sample=None,
-                    peak_flops=None, process_start_time=None, query_tokens_per_sample=0) -> list[TrainerCallback]
+                    peak_flops=None, process_start_time=None, query_tokens_per_sample=0, startup=None)
+                    -> list[TrainerCallback]
     memory_callback(trainer) -> MemoryCallback | None
     log_memory_before_reporters(trainer) -> None
     write_run_record(trainer, *, status, recipe, config=None, error=None, results_file=None) -> dict
@@ -49,17 +50,20 @@ __all__ = [
 
 def build_callbacks(memory_log_steps: int = 50, results_file: str = "runs/results.jsonl",
                     flops_per_sample: float | None = None, peak_flops: float | None = None,
-                    process_start_time: float | None = None, query_tokens_per_sample: int = 0) -> list[TrainerCallback]:
+                    process_start_time: float | None = None, query_tokens_per_sample: int = 0,
+                    startup: dict[str, float] | None = None) -> list[TrainerCallback]:
     """The memory and run-summary callbacks, wired together (the summary reads the memory callback's peak).
 
     `peak_flops` is per GPU; None looks the device up in callbacks.flops. `process_start_time` (time.time()
     at process start) defaults to the process creation time. `query_tokens_per_sample`: see callbacks.summary.
+    `startup` ({milestone: seconds since process start}) is recorded as the summary's `startup_s`, completed
+    with train_begin and first_optimizer_step.
     """
     memory = MemoryCallback(every=memory_log_steps)
     summary = RunSummaryCallback(flops_per_sample=flops_per_sample, peak_flops=peak_flops,
                                  process_start_time=process_start_time,
                                  query_tokens_per_sample=query_tokens_per_sample, memory=memory,
-                                 results_file=results_file)
+                                 results_file=results_file, startup=startup)
     return [memory, summary]
 
 

@@ -24,6 +24,7 @@ from transformers import TrainerCallback
 
 from callbacks.effective_config import effective_config, format_effective_config
 from callbacks.flops import peak_bf16_flops
+from callbacks.gpu_utilization import UtilizationSampler
 
 
 def device_name() -> str:
@@ -55,7 +56,8 @@ class RunSummaryCallback(TrainerCallback):
 
     def __init__(self, flops_per_sample: float | None = None, peak_flops: float | None = None,
                  process_start_time: float | None = None, query_tokens_per_sample: int = 0,
-                 memory: Any = None, results_file: str = "runs/results.jsonl", print_rank0: bool = True) -> None:
+                 memory: Any = None, results_file: str = "runs/results.jsonl", print_rank0: bool = True,
+                 startup: dict[str, float] | None = None, utilization: UtilizationSampler | None = None) -> None:
         self.flops_per_sample = flops_per_sample
         self.peak_flops = peak_flops
         self.process_start_time = process_start_time or psutil.Process(os.getpid()).create_time()
@@ -67,6 +69,12 @@ class RunSummaryCallback(TrainerCallback):
         self.train_begin_s: float | None = None
         self.train_end_s: float | None = None
         self.time_to_first_step_s: float | None = None
+        # Seconds from process start at each named point before training, filled by the recipe (see startup_s).
+        self.startup = startup if startup is not None else {}
+        self.utilization = utilization if utilization is not None else UtilizationSampler()
+        self._step_ends: list[float] = []
+        self._first_step_end: float | None = None
+        self._samples_in_first_step = 0
         self._samples = 0
         self._tokens: Any = 0
         self._hook = None
@@ -78,6 +86,8 @@ class RunSummaryCallback(TrainerCallback):
         if self._hook is not None:
             self._hook.remove()
         self._hook = model.register_forward_pre_hook(self._count, with_kwargs=True)
+        self.startup["train_begin"] = time.time() - self.process_start_time
+        self.utilization.start()
         self.train_begin_s = time.perf_counter()
 
     def _count(self, module, args, kwargs) -> None:
@@ -100,14 +110,23 @@ class RunSummaryCallback(TrainerCallback):
         if self.time_to_first_step_s is not None:
             return
         _sync()
+        self._first_step_end = time.perf_counter()
+        self._samples_in_first_step = self._samples
         self.time_to_first_step_s = time.time() - self.process_start_time
+        self.startup["first_optimizer_step"] = self.time_to_first_step_s
         self.effective_config = effective_config(args, model, optimizer)  # optimizer states exist now
         if self.print_rank0 and args.process_index == 0:
             print(format_effective_config(self.effective_config), flush=True)
 
+    def on_step_end(self, args, state, control, **kwargs):
+        # Host time, no sync: once the launch queue is full the host runs at the GPU's pace, so the
+        # differences are step times (the first steps' are early by the queue's depth).
+        self._step_ends.append(time.perf_counter())
+
     def on_train_end(self, args, state, control, **kwargs):
         _sync()
         self.train_end_s = time.perf_counter()
+        self.utilization.stop()
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
@@ -123,6 +142,10 @@ class RunSummaryCallback(TrainerCallback):
         # Every rank sees equally sized batches (DistributedSampler pads), so global = local × world size.
         samples_global, tokens_global = self._samples * world, tokens * world
         rate = (lambda n: n / train_time_s) if train_time_s else (lambda n: None)
+        # After the first optimizer step: without start-up, worker spin-up and CUDA warm-up.
+        steady_time_s = end - self._first_step_end if self._first_step_end is not None else None
+        steady_samples = (self._samples - self._samples_in_first_step) * world
+        step_ends = [self.train_begin_s, *self._step_ends] if self.train_begin_s is not None else []
         peak = self.peak_flops if self.peak_flops is not None else peak_bf16_flops(
             device_name() if torch.cuda.is_available() else None)
         achieved = None
@@ -144,6 +167,11 @@ class RunSummaryCallback(TrainerCallback):
             "samples": samples_global,
             "tokens": tokens_global,
             "samples_per_s": rate(samples_global),
+            "steady_samples_per_s": steady_samples / steady_time_s if steady_time_s and steady_samples else None,
+            "step_times_s": [round(b - a, 4) for a, b in zip(step_ends, step_ends[1:])],
+            "startup_s": {name: round(value, 2) for name, value in self.startup.items()},
+            "gpu_utilization_mean": self.utilization.mean,
+            "gpu_utilization_samples": len(self.utilization.samples),
             "tokens_per_s": rate(tokens_global),
             "flops_per_sample": self.flops_per_sample,
             "achieved_tflops_per_gpu": achieved / 1e12 if achieved is not None else None,
@@ -163,8 +191,10 @@ def format_summary(summary: dict[str, Any]) -> str:
 
     return (
         f"train {num(summary['train_time_s'], '.1f')} s | first step at {num(summary['time_to_first_step_s'], '.1f')} s"
-        f" | {num(summary['samples_per_s'], '.2f')} samples/s | {num(summary['tokens_per_s'], '.0f')} tokens/s"
+        f" | {num(summary['samples_per_s'], '.2f')} samples/s ({num(summary.get('steady_samples_per_s'), '.2f')} after step 1)"
+        f" | {num(summary['tokens_per_s'], '.0f')} tokens/s"
         f" | {num(summary['achieved_tflops_per_gpu'], '.1f')} TFLOP/s per GPU | MFU {num(summary['mfu'], '.1%')}"
         f" | peak {num(None if summary['peak_allocated_bytes'] is None else summary['peak_allocated_bytes'] / 2**30, '.2f')} GiB"
+        f" | GPU busy {num(summary.get('gpu_utilization_mean'), '.0f')} %"
         f" | final loss {num(summary['final_loss'], '.4f')}"
     )

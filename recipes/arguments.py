@@ -130,6 +130,10 @@ PROJECT_DEFAULTS = {
     "logging_steps": 10,
     "save_strategy": "no",
     "dataloader_num_workers": 2,
+    # The Trainer's NaN/inf filter reads every micro-batch's loss on the host: one GPU sync per micro-batch.
+    "logging_nan_inf_filter": False,
+    # Batches leave pinned memory without waiting for the GPU to finish the previous step (a sync otherwise).
+    "accelerator_config": {"non_blocking": True},
 }
 
 

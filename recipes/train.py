@@ -44,6 +44,8 @@ from recipes.errors import EXIT_USER_ERROR, AltscaleError  # noqa: E402
 from recipes.publish import publish_run, push_adjustment, trainer_args_without_push  # noqa: E402
 from recipes.outputs import prepare_output_dir, write_json_atomic  # noqa: E402
 
+IMPORTS_DONE = time.time()
+
 EXIT_OOM = 3
 EXIT_SIGINT = 130  # 128 + SIGINT, as a shell reports a Ctrl-C; a SIGTERM exits 143 (see TrainingInterrupted)
 
@@ -53,11 +55,13 @@ class OutOfMemory(AltscaleError):
 
 
 def main(argv: list[str] | None = None) -> dict:
+    startup = {"imports": IMPORTS_DONE - PROCESS_START}  # seconds since process start, into the run record
     args = parse_args(argv)
     check_compatible(args)  # fails before any weight is loaded
     set_seed(args.training.seed)
     adjustments = scale_learning_rate(args) | push_adjustment(args.training)
     train_set, eval_set = build_datasets(args)  # bad data stops the run before a large model is built
+    startup["data"] = time.time() - PROCESS_START
     dtype = model_dtype(args.strategy.precision)
     model, processor, model_report = build_model(
         args.model.model_name_or_path,
@@ -70,13 +74,15 @@ def main(argv: list[str] | None = None) -> dict:
         ),
     )
     model = apply_adapters(args, model)
+    startup["model"] = time.time() - PROCESS_START
     collator = CaptionCollator(
         processor,
         decoder_only=model.config.use_decoder_only_language_model,
         prompt=args.data.prompt,
         max_caption_tokens=args.data.max_caption_tokens,
     )
-    trainer = build_trainer(args, model, processor, collator, train_set, eval_set)
+    trainer = build_trainer(args, model, processor, collator, train_set, eval_set, startup)
+    startup["trainer"] = time.time() - PROCESS_START
     record = train(args, trainer, model_report, adjustments)
     if args.strategy.save_model:
         trainer.save_model()
@@ -146,12 +152,14 @@ def build_datasets(args: Arguments):
     return splits["train"], splits["eval"]
 
 
-def build_trainer(args: Arguments, model, processor, collator: CaptionCollator, train_set, eval_set) -> Trainer:
+def build_trainer(args: Arguments, model, processor, collator: CaptionCollator, train_set, eval_set,
+                  startup: dict[str, float] | None = None) -> Trainer:
     callbacks = build_callbacks(
         memory_log_steps=args.strategy.memory_log_steps,
         results_file=args.strategy.results_file,
         flops_per_sample=flops_per_sample(model.config, collator, train_set),
         process_start_time=PROCESS_START,
+        startup=startup,
     )
     trainer = Trainer(
         model=model,

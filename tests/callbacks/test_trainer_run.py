@@ -94,6 +94,11 @@ def test_results_record_has_every_field(tmp_path):
     assert 0 < summary["time_to_first_step_s"] and summary["peak_allocated_bytes"] is None
     assert list(summary["loss_per_epoch"]) == ["0"] and summary["final_loss"] is not None
     assert summary["train_loss"] is not None
+    assert len(summary["step_times_s"]) == 5 and all(t > 0 for t in summary["step_times_s"])
+    assert summary["steady_samples_per_s"] > 0  # the 8 samples of steps 2-5 over the time after step 1
+    assert list(summary["startup_s"]) == ["train_begin", "first_optimizer_step"]
+    assert summary["startup_s"]["train_begin"] <= summary["startup_s"]["first_optimizer_step"]
+    assert summary["gpu_utilization_mean"] is None and summary["gpu_utilization_samples"] == 0  # no GPU here
 
     effective = record["effective_config"]
     assert effective["optimizer_class"] == "torch.optim.adamw.AdamW"

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Issue 7's speed runs on one GPU (device machine, no network; carry .whl):
+#   bash benchmarks/gpu_speed.sh PART ...
+# PARTs, run in the order given, each appending to $OUT/speed.jsonl (recipe runs) or $OUT/bare.jsonl:
+#   bare-bf16 | bare-mixed | bare-fp32      benchmarks/bare_loop.py, the ceiling without Trainer or data loading
+#   bf16 | mixed | fp32 | fp32-tf32          the recipe: opt27-bf16 (16x4), opt27-bf16-mixed (16x4),
+#                                            opt27-fp32-b16 (16x1), the last with TF32 matmuls allowed
+#   bf16-before                              opt27-bf16 with the Trainer's old per-micro-batch syncs back on
+# Every recipe run trains 512 photos x 2 epochs, logs every 4 optimizer steps and saves nothing.
+set -euo pipefail
+source "$(dirname "$0")/device_env.sh"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$OUT/gpu.txt"
+[ -f data/synthetic_food-224/dataset_dict.json ] || python3 -m data.synthetic --out data/synthetic_food-224 --size 224 --num-train 512 --num-test 64
+
+recipe() {  # NAME RECIPE [overrides...]
+  local name=$1 recipe=$2; shift 2
+  echo "=== $name: $(date +%s.%N) launch" | tee -a "$OUT/speed.log"
+  accelerate launch --config_file accelerate_configs/single.yaml recipes/train.py "recipes/blip2/$recipe.yaml" \
+    --output_dir "/tmp/speed-$name" --overwrite_output_dir true --save_model false --logging_steps 4 \
+    --results_file "$OUT/speed.jsonl" "$@" >> "$OUT/speed.log" 2>&1 || echo "$name failed" | tee -a "$OUT/speed.log"
+  echo "=== $name: $(date +%s.%N) exit" | tee -a "$OUT/speed.log"
+  tail -n 2 "$OUT/speed.log" | head -n 1
+}
+
+for part in "$@"; do
+  case $part in
+    bare-bf16)  python3 benchmarks/bare_loop.py --precision bf16-true --out "$OUT/bare.jsonl" ;;
+    bare-mixed) python3 benchmarks/bare_loop.py --precision bf16-mixed --out "$OUT/bare.jsonl" ;;
+    bare-fp32)  python3 benchmarks/bare_loop.py --precision 32-true --accumulation 1 --tf32 --out "$OUT/bare.jsonl" ;;
+    bf16)       recipe bf16 opt27-bf16 ;;
+    bf16-before) recipe bf16-before opt27-bf16 --logging_nan_inf_filter true --accelerator_config '{"non_blocking": false}' ;;
+    mixed)      recipe mixed opt27-bf16-mixed ;;
+    fp32)       recipe fp32 opt27-fp32-b16 ;;
+    fp32-tf32)  recipe fp32-tf32 opt27-fp32-b16 --tf32 true ;;
+    *) echo "unknown part $part" >&2; exit 2 ;;
+  esac
+done
+python3 benchmarks/results_table.py "$OUT/speed.jsonl" || true
