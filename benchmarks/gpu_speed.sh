@@ -6,6 +6,9 @@
 #   bf16 | mixed | fp32 | fp32-tf32          the recipe: opt27-bf16 (16x4), opt27-bf16-mixed (16x4),
 #                                            opt27-fp32-b16 (16x1), the last with TF32 matmuls allowed
 #   bf16-before                              opt27-bf16 with the Trainer's old per-micro-batch syncs back on
+#   bf16-profile                             opt27-bf16 with torch.profiler over steps 3-5 ($OUT/profile.txt)
+#   bf16-workers8                            opt27-bf16 with 8 DataLoader workers prefetching 4 batches each
+#   imports | collate                        import time of recipes/train.py ($OUT/imports.txt); batch preprocessing time
 # Every recipe run trains 512 photos x 2 epochs, logs every 4 optimizer steps and saves nothing.
 set -euo pipefail
 source "$(dirname "$0")/device_env.sh"
@@ -32,6 +35,11 @@ for part in "$@"; do
     mixed)      recipe mixed opt27-bf16-mixed ;;
     fp32)       recipe fp32 opt27-fp32-b16 ;;
     fp32-tf32)  recipe fp32-tf32 opt27-fp32-b16 --tf32 true ;;
+    bf16-profile) recipe bf16-profile opt27-bf16 --profile_steps 3; cp /tmp/speed-bf16-profile/profile/profile.txt "$OUT/" ;;
+    bf16-workers8) recipe bf16-workers8 opt27-bf16 --dataloader_num_workers 8 --dataloader_prefetch_factor 4 ;;
+    imports)    python3 -X importtime recipes/train.py --help > /dev/null 2> "$OUT/imports.txt"
+                sort -t'|' -k2 -n -r "$OUT/imports.txt" | head -n 25 ;;
+    collate)    python3 benchmarks/collate_speed.py | tee -a "$OUT/speed.log" ;;
     *) echo "unknown part $part" >&2; exit 2 ;;
   esac
 done

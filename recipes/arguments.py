@@ -72,6 +72,10 @@ class StrategyArguments:
                   "bf16-mixed: fp32 weights, bf16 autocast; fp16-mixed: fp32 weights, fp16 autocast + loss scaling."},
     )
     memory_log_steps: int = field(default=50, metadata={"help": "Record memory per category at steps 0, 1 and every N steps."})
+    profile_steps: int = field(
+        default=0, metadata={"help": "Profile N optimizer steps after step 2 with torch.profiler: the top operators "
+                             "and a trace go to output_dir/profile/ (callbacks/profiler.py); 0: off."}
+    )
     results_file: str = field(default="runs/results.jsonl", metadata={"help": "Every run appends one JSON record here."})
     num_sample_captions: int = field(
         default=8, metadata={"help": "After training, caption this many held-out photos and print them beside the truth."}
@@ -119,6 +123,7 @@ class Arguments:
     strategy: StrategyArguments
     training: TrainingArguments
     recipe: str | None = None
+    given: frozenset[str] = frozenset()  # keys the recipe or command line set; the rest hold their defaults
 
 
 GROUPS = (ModelArguments, DataArguments, StrategyArguments, TrainingArguments)
@@ -185,10 +190,12 @@ def parse_args(argv: list[str] | None = None) -> Arguments:
     recipe = load_recipe(recipe_path) if recipe_path else {}
     words = to_argv(PROJECT_DEFAULTS) + to_argv(recipe) + argv
     check_deepspeed_installed(words)
+    check_optim_name(words)
     model, data, strategy, training = _parse(words)
     words += to_argv(precision_flags(strategy.precision, training))
     model, data, strategy, training = _parse(words)
-    return Arguments(model, data, strategy, training, recipe=recipe_path)
+    given = frozenset(recipe) | {word[2:] for word in argv if word.startswith("--")}
+    return Arguments(model, data, strategy, training, recipe=recipe_path, given=given)
 
 
 def check_deepspeed_installed(words: list[str]) -> None:
@@ -200,6 +207,19 @@ def check_deepspeed_installed(words: list[str]) -> None:
         f"deepspeed: {config} needs the deepspeed package, which is not installed; pip install deepspeed==0.19.8 "
         "(it compiles its CPU Adam on first use and needs a CUDA GPU), or drop the deepspeed key"
     )
+
+
+def check_optim_name(words: list[str]) -> None:
+    """DeepSpeed's CPU Adam is no `optim` value: DeepSpeed builds it from a ZeRO offload config's optimizer section.
+
+    The name is the one docs/compatibility.md uses for that optimizer; argparse alone would list 40 choices.
+    """
+    if "--optim" in words and words[len(words) - words[::-1].index("--optim"):][:1] == ["deepspeed_cpu_adam"]:
+        raise ConfigError(
+            "optim: deepspeed_cpu_adam is not an optimizer transformers builds; DeepSpeed steps its CPU Adam only "
+            "under a ZeRO config that offloads the optimizer: set deepspeed: ds_configs/zero2_offload.json (or "
+            "zero3_offload.json) and drop optim"
+        )
 
 
 class Parser(HfArgumentParser):

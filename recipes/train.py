@@ -31,6 +31,7 @@ from callbacks import (  # noqa: E402
 )
 from callbacks.caption_metrics import build_caption_metrics_callbacks  # noqa: E402
 from callbacks.interrupt import InterruptCallback, TrainingInterrupted  # noqa: E402
+from callbacks.profiler import ProfilerCallback  # noqa: E402
 from data.collate import CaptionCollator  # noqa: E402
 from data.loading import load_caption_dataset, select_splits  # noqa: E402
 from data.validate import validate_splits  # noqa: E402
@@ -161,6 +162,8 @@ def build_trainer(args: Arguments, model, processor, collator: CaptionCollator, 
         process_start_time=PROCESS_START,
         startup=startup,
     )
+    if args.strategy.profile_steps:
+        callbacks.append(ProfilerCallback(args.strategy.profile_steps, args.training.output_dir))
     trainer = Trainer(
         model=model,
         args=trainer_args_without_push(args.training),  # publish_run pushes, after training (recipes/publish.py)
