@@ -6,10 +6,14 @@
 #   bf16 | mixed | fp32 | fp32-tf32          the recipe: opt27-bf16 (16x4), opt27-bf16-mixed (16x4),
 #                                            opt27-fp32-b16 (16x1), the last with TF32 matmuls allowed
 #   bf16-before                              opt27-bf16 with the Trainer's old per-micro-batch syncs back on
+#   bf16-cudnn | bare-bf16-cudnn             opt27-bf16 / the bare loop with SDPA allowed to use cuDNN attention
 #   bf16-profile                             opt27-bf16 with torch.profiler over steps 3-5 ($OUT/profile.txt)
 #   bf16-workers8                            opt27-bf16 with 8 DataLoader workers prefetching 4 batches each
+#   bf16-compile                             opt27-bf16 with torch_compile and accelerate's regional compilation
 #   imports | collate                        import time of recipes/train.py ($OUT/imports.txt); batch preprocessing time
-# Every recipe run trains 512 photos x 2 epochs, logs every 4 optimizer steps and saves nothing.
+# Every recipe run trains 512 photos x 2 epochs, logs every 4 optimizer steps and saves nothing. One GPU needs no
+# launcher: plain python3 runs the same script as `accelerate launch --config_file accelerate_configs/single.yaml`
+# without the launcher's own start-up.
 set -euo pipefail
 source "$(dirname "$0")/device_env.sh"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$OUT/gpu.txt"
@@ -18,7 +22,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 recipe() {  # NAME RECIPE [overrides...]
   local name=$1 recipe=$2; shift 2
   echo "=== $name: $(date +%s.%N) launch" | tee -a "$OUT/speed.log"
-  accelerate launch --config_file accelerate_configs/single.yaml recipes/train.py "recipes/blip2/$recipe.yaml" \
+  python3 recipes/train.py "recipes/blip2/$recipe.yaml" \
     --output_dir "/tmp/speed-$name" --overwrite_output_dir true --save_model false --logging_steps 4 \
     --results_file "$OUT/speed.jsonl" "$@" >> "$OUT/speed.log" 2>&1 || echo "$name failed" | tee -a "$OUT/speed.log"
   echo "=== $name: $(date +%s.%N) exit" | tee -a "$OUT/speed.log"
@@ -30,6 +34,8 @@ for part in "$@"; do
     bare-bf16)  python3 benchmarks/bare_loop.py --precision bf16-true --out "$OUT/bare.jsonl" ;;
     bare-mixed) python3 benchmarks/bare_loop.py --precision bf16-mixed --out "$OUT/bare.jsonl" ;;
     bare-fp32)  python3 benchmarks/bare_loop.py --precision 32-true --accumulation 1 --tf32 --out "$OUT/bare.jsonl" ;;
+    bare-bf16-cudnn) python3 benchmarks/bare_loop.py --precision bf16-true --sdpa_cudnn --out "$OUT/bare.jsonl" ;;
+    bf16-cudnn) recipe bf16-cudnn opt27-bf16 --sdpa_cudnn true ;;
     bf16)       recipe bf16 opt27-bf16 ;;
     bf16-before) recipe bf16-before opt27-bf16 --logging_nan_inf_filter true --accelerator_config '{"non_blocking": false}' ;;
     mixed)      recipe mixed opt27-bf16-mixed ;;
@@ -37,6 +43,7 @@ for part in "$@"; do
     fp32-tf32)  recipe fp32-tf32 opt27-fp32-b16 --tf32 true ;;
     bf16-profile) recipe bf16-profile opt27-bf16 --profile_steps 3; cp /tmp/speed-bf16-profile/profile/profile.txt "$OUT/" ;;
     bf16-workers8) recipe bf16-workers8 opt27-bf16 --dataloader_num_workers 8 --dataloader_prefetch_factor 4 ;;
+    bf16-compile) ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION=1 recipe bf16-compile opt27-bf16 --torch_compile true ;;
     imports)    python3 -X importtime recipes/train.py --help > /dev/null 2> "$OUT/imports.txt"
                 (sort -t'|' -k2 -n -r "$OUT/imports.txt" | head -n 25) || true ;;
     collate)    python3 benchmarks/collate_speed.py | tee -a "$OUT/speed.log" ;;
