@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_model
 from transformers import BitsAndBytesConfig, Blip2Config, Blip2ForConditionalGeneration, Blip2Processor
 from transformers.integrations import is_deepspeed_zero3_enabled
 
@@ -168,7 +169,10 @@ def _quantize_random(model, quantization: BitsAndBytesConfig, dtype: torch.dtype
     checkpoint from the Hub takes the same path without the detour.
     """
     with tempfile.TemporaryDirectory(prefix="altscale-random-") as folder:
-        model.save_pretrained(folder)
+        # Not save_pretrained: under torch.distributed it writes on rank 0 only, and every other rank of a DDP or
+        # FSDP launch would find an empty folder (docs/compatibility.md, QLoRA under ddp).
+        model.config.save_pretrained(folder)
+        save_model(model, str(Path(folder) / "model.safetensors"), metadata={"format": "pt"})
         del model
         torch.cuda.empty_cache()
         return Blip2ForConditionalGeneration.from_pretrained(
