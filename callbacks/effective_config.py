@@ -51,6 +51,19 @@ def _reentrant(model: torch.nn.Module) -> bool | str | None:
     return None
 
 
+def _optimizer_options(optimizer: Any) -> dict[str, Any] | None:
+    """The switches that pick an implementation inside one class: AdamW's fused or foreach kernels, bitsandbytes'
+    8- or 32-bit state. `optim: adamw_torch` and `adamw_torch_fused` build the same class and differ only here."""
+    if optimizer is None:
+        return None
+    defaults = getattr(optimizer, "defaults", None) or {}
+    options = {key: defaults[key] for key in ("fused", "foreach") if key in defaults}
+    bits = getattr(getattr(optimizer, "args", None), "optim_bits", None)
+    if bits is not None:
+        options["optim_bits"] = bits
+    return options
+
+
 def _strategy(args: Any, model: torch.nn.Module, inner: Any) -> str:
     stage = zero_stage(inner)
     if stage is not None:
@@ -110,6 +123,7 @@ def effective_config(args: Any, model: torch.nn.Module, optimizer: Any = None) -
     return {
         "strategy": _strategy(args, model, inner),
         "optimizer_class": _class_name(base),
+        "optimizer_options": _optimizer_options(base),
         "optimizer_wrapper_class": _class_name(inner) if stage is not None else None,
         "optim_arg": str(getattr(args, "optim", None)),
         "param_dtypes": dict(param_dtypes),

@@ -34,12 +34,6 @@ class ModelArguments:
         default=None, metadata={"help": "Where to load the processor from; default: the model's path, or the offline one."}
     )
     attn_implementation: str = field(default="sdpa", metadata={"help": "Attention kernel: sdpa or eager."})
-    sdpa_cudnn: bool = field(
-        default=False,
-        metadata={"help": "Let SDPA pick cuDNN's attention kernels (PyTorch's first choice on Hopper). Off: flash "
-                  "attention, lighter on the host, whose kernel launches set BLIP-2's training speed on an H100 "
-                  "(BENCHMARKS.md)."},
-    )
 
 
 @dataclass
@@ -107,7 +101,7 @@ class StrategyArguments:
                   "attention and MLP and the Q-Former's attention (models/adapters.py)."},
     )
     load_in_4bit: bool = field(
-        default=False, metadata={"help": "QLoRA: load the base model's linear layers in 4-bit NF4 (needs use_peft and a GPU)."}
+        default=False, metadata={"help": "QLoRA: load the base model's linear layers in 4-bit NF4 (needs use_peft)."}
     )
     bnb_4bit_use_double_quant: bool = field(default=True, metadata={"help": "QLoRA: quantize the quantization constants too."})
     lr_scaling: str = field(

@@ -73,9 +73,7 @@ def strategy_problems(args: Arguments) -> list[str]:
     if strategy.load_in_4bit and not strategy.use_peft:
         problems.append("load_in_4bit: true without use_peft: 4-bit weights cannot be trained directly; "
                         "add use_peft: true (QLoRA) or drop load_in_4bit")
-    if strategy.load_in_4bit and not torch.cuda.is_available():
-        problems.append("load_in_4bit: QLoRA needs a CUDA GPU for bitsandbytes' 4-bit kernels; on the CPU use "
-                        "use_peft without load_in_4bit")
+    # No GPU rule for QLoRA: bitsandbytes 0.50 has CPU 4-bit kernels, and it trains there (docs/compatibility.md).
     if training.deepspeed:
         problems += deepspeed_problems(args)
     return problems
@@ -92,7 +90,8 @@ def deepspeed_problems(args: Arguments) -> list[str]:
     zero = config.get("zero_optimization", {})
     problems = []
     optim = str(getattr(training.optim, "value", training.optim))
-    if "optimizer" in config and optim != DEFAULT_OPTIM:
+    # `optim` given at all, even as its default, is swapped: the Trainer hands DeepSpeed no optimizer of its own.
+    if "optimizer" in config and ("optim" in args.given or optim != DEFAULT_OPTIM):
         problems.append(f"optim: {optim} is ignored under deepspeed: {path}, whose optimizer section steps "
                         "DeepSpeed's own AdamW; drop optim, or drop the DeepSpeed config to use it")
     if strategy.load_in_4bit and zero.get("stage") == 3:

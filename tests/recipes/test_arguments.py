@@ -29,10 +29,11 @@ def test_every_recipe_parses_and_passes_the_checks(path):
 GPU_BOUND = re.compile(r"needs a CUDA GPU|needs the deepspeed package")
 
 
-def test_recipes_that_need_a_gpu_say_so_on_the_cpu(monkeypatch):
+def test_the_qlora_recipe_is_accepted_on_the_cpu(monkeypatch):
+    # bitsandbytes' CPU 4-bit kernels train it (docs/compatibility.md); only its size keeps it on a GPU.
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
-    with pytest.raises(ConfigError, match="QLoRA needs a CUDA GPU"):
-        check_compatible(parse_args([str(ROOT / "recipes/blip2/xxl-qlora.yaml"), "--overwrite_output_dir", "true"]))
+    check_compatible(parse_args([str(ROOT / "recipes/blip2/xxl-qlora.yaml"), "--overwrite_output_dir", "true",
+                                 "--use_cpu", "true"]))
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "recipes").rglob("*.yaml")), ids=lambda p: str(p.relative_to(ROOT)))

@@ -79,11 +79,9 @@ def test_eight_bit_adamw_runs_where_bitsandbytes_has_a_cpu_backend(tmp_path, pho
     assert record["effective_config"]["optimizer_class"].startswith("bitsandbytes.optim")
 
 
-def test_qlora_without_peft_and_on_cpu_are_refused(monkeypatch):
-    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
-    with pytest.raises(ConfigError) as caught:
+def test_4bit_weights_without_peft_are_refused():
+    with pytest.raises(ConfigError, match=r"add use_peft: true \(QLoRA\)"):
         check_compatible(parse_args(["--load_in_4bit", "true"]))
-    assert "add use_peft: true (QLoRA)" in str(caught.value) and "QLoRA needs a CUDA GPU" in str(caught.value)
 
 
 def test_unknown_lr_scaling_is_refused():
@@ -100,6 +98,20 @@ def test_deepspeed_optimizer_section_and_an_explicit_optim_conflict(tmp_path):
     assert any("ZeRO-3 cannot partition" in p for p in deepspeed_problems(args))
     args.training.deepspeed = "ds_configs/nope.json"
     assert deepspeed_problems(args) == ["deepspeed: 'ds_configs/nope.json' is not a file; use one of ds_configs/*.json"]
+
+
+def test_the_default_optim_written_out_is_swapped_under_deepspeed_too():
+    args = parse_args(["--optim", "adamw_torch_fused"])  # the default value, but asked for
+    args.training.deepspeed = "ds_configs/zero2_offload.json"
+    assert any("optim: adamw_torch_fused is ignored" in p for p in deepspeed_problems(args))
+    args = parse_args([])
+    args.training.deepspeed = "ds_configs/zero2_offload.json"
+    assert deepspeed_problems(args) == []
+
+
+def test_deepspeed_cpu_adam_is_no_optim_value():
+    with pytest.raises(ConfigError, match="optim: deepspeed_cpu_adam is not an optimizer transformers builds"):
+        parse_args(["--optim", "deepspeed_cpu_adam"])
 
 
 @pytest.mark.parametrize("name", ["zero2_offload", "zero3_offload"])
