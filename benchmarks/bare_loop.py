@@ -22,7 +22,7 @@ import torch  # noqa: E402
 
 from data.collate import CaptionCollator  # noqa: E402
 from data.loading import load_caption_dataset  # noqa: E402
-from models.build import build_model, choose_sdpa_kernels  # noqa: E402
+from models.build import build_model  # noqa: E402
 from recipes.arguments import model_dtype  # noqa: E402
 
 
@@ -40,12 +40,13 @@ def main() -> None:
     parser.add_argument("--accumulation", type=int, default=4)
     parser.add_argument("--warmup", type=int, default=3, help="Untimed optimizer steps first.")
     parser.add_argument("--steps", type=int, default=10, help="Timed optimizer steps.")
-    parser.add_argument("--sdpa_cudnn", action="store_true", help="Let SDPA use cuDNN attention (the recipe's sdpa_cudnn).")
+    parser.add_argument("--no_cudnn_attention", action="store_true",
+                        help="Keep SDPA off cuDNN's attention kernels (flash instead): the ablation in BENCHMARKS.md.")
     parser.add_argument("--out", default="runs/bare_loop.jsonl")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32
 
-    choose_sdpa_kernels(args.sdpa_cudnn)
+    torch.backends.cuda.enable_cudnn_sdp(not args.no_cudnn_attention)
     model, processor, _ = build_model(args.model, init="random", dtype=model_dtype(args.precision))
     model.config.use_cache = model.config.text_config.use_cache = False
     model.train()
@@ -75,7 +76,7 @@ def main() -> None:
     sync()
     elapsed = time.perf_counter() - start
     samples = args.steps * args.batch * args.accumulation
-    result = {"bench": "bare_loop", "model": args.model, "precision": args.precision, "tf32": args.tf32, "sdpa_cudnn": args.sdpa_cudnn,
+    result = {"bench": "bare_loop", "model": args.model, "precision": args.precision, "tf32": args.tf32, "cudnn_attention": not args.no_cudnn_attention,
               "batch": args.batch, "accumulation": args.accumulation, "steps": args.steps,
               "samples_per_s": samples / elapsed, "step_s": elapsed / args.steps,
               "peak_allocated_gib": torch.cuda.max_memory_allocated() / 2**30,

@@ -6,7 +6,7 @@
 #   bf16 | mixed | fp32 | fp32-tf32          the recipe: opt27-bf16 (16x4), opt27-bf16-mixed (16x4),
 #                                            opt27-fp32-b16 (16x1), the last with TF32 matmuls allowed
 #   bf16-before                              opt27-bf16 with the Trainer's old per-micro-batch syncs back on
-#   bf16-cudnn | bare-bf16-cudnn             opt27-bf16 / the bare loop with SDPA allowed to use cuDNN attention
+#   bare-bf16-flash                          the bare loop with SDPA kept off cuDNN attention (flash instead)
 #   bf16-profile                             opt27-bf16 with torch.profiler over steps 3-5 ($OUT/profile.txt)
 #   bf16-workers8                            opt27-bf16 with 8 DataLoader workers prefetching 4 batches each
 #   bf16-compile                             opt27-bf16 with torch_compile and accelerate's regional compilation
@@ -34,8 +34,7 @@ for part in "$@"; do
     bare-bf16)  python3 benchmarks/bare_loop.py --precision bf16-true --out "$OUT/bare.jsonl" ;;
     bare-mixed) python3 benchmarks/bare_loop.py --precision bf16-mixed --out "$OUT/bare.jsonl" ;;
     bare-fp32)  python3 benchmarks/bare_loop.py --precision 32-true --accumulation 1 --tf32 --out "$OUT/bare.jsonl" ;;
-    bare-bf16-cudnn) python3 benchmarks/bare_loop.py --precision bf16-true --sdpa_cudnn --out "$OUT/bare.jsonl" ;;
-    bf16-cudnn) recipe bf16-cudnn opt27-bf16 --sdpa_cudnn true ;;
+    bare-bf16-flash) python3 benchmarks/bare_loop.py --precision bf16-true --no_cudnn_attention --out "$OUT/bare.jsonl" ;;
     bf16)       recipe bf16 opt27-bf16 ;;
     bf16-before) recipe bf16-before opt27-bf16 --logging_nan_inf_filter true --accelerator_config '{"non_blocking": false}' ;;
     mixed)      recipe mixed opt27-bf16-mixed ;;

@@ -48,16 +48,6 @@ def build_device() -> torch.device:
     return torch.device("cpu")
 
 
-def choose_sdpa_kernels(cudnn: bool) -> None:
-    """Whether scaled_dot_product_attention may use cuDNN's kernels; otherwise it takes flash (or memory-efficient).
-
-    cuDNN's attention builds an execution plan for each new shape (captions give the language model a new
-    sequence length every few batches) and, in an H100 profile, spent 107 us (forward) and 159 us (backward)
-    of host time per call, on a run whose speed is set by the host's kernel launches (BENCHMARKS.md).
-    """
-    torch.backends.cuda.enable_cudnn_sdp(cudnn)
-
-
 def build_model(
     model_name_or_path: str,
     *,

@@ -36,7 +36,7 @@ from data.collate import CaptionCollator  # noqa: E402
 from data.loading import load_caption_dataset, select_splits  # noqa: E402
 from data.validate import validate_splits  # noqa: E402
 from models.adapters import apply_lora, build_lora_config  # noqa: E402
-from models.build import build_model, build_quantization_config, choose_sdpa_kernels  # noqa: E402
+from models.build import build_model, build_quantization_config  # noqa: E402
 from models.generation import generate_captions  # noqa: E402
 from models.presets import language_family  # noqa: E402
 from recipes.arguments import Arguments, model_dtype, parse_args  # noqa: E402
@@ -64,7 +64,6 @@ def main(argv: list[str] | None = None) -> dict:
     train_set, eval_set = build_datasets(args)  # bad data stops the run before a large model is built
     startup["data"] = time.time() - PROCESS_START
     dtype = model_dtype(args.strategy.precision)
-    choose_sdpa_kernels(args.model.sdpa_cudnn)
     model, processor, model_report = build_model(
         args.model.model_name_or_path,
         init=args.model.init,
