@@ -34,12 +34,6 @@ class ModelArguments:
         default=None, metadata={"help": "Where to load the processor from; default: the model's path, or the offline one."}
     )
     attn_implementation: str = field(default="sdpa", metadata={"help": "Attention kernel: sdpa or eager."})
-    sdpa_cudnn: bool = field(
-        default=False,
-        metadata={"help": "Let SDPA pick cuDNN's attention kernels (PyTorch's first choice on Hopper). Off: flash "
-                  "attention, lighter on the host, whose kernel launches set BLIP-2's training speed on an H100 "
-                  "(BENCHMARKS.md)."},
-    )
 
 
 @dataclass
