@@ -6,6 +6,7 @@
 #   bf16 | mixed | fp32 | fp32-tf32          the recipe: opt27-bf16 (16x4), opt27-bf16-mixed (16x4),
 #                                            opt27-fp32-b16 (16x1), the last with TF32 matmuls allowed
 #   bf16-before                              opt27-bf16 with the Trainer's old per-micro-batch syncs back on
+#   bf16-launch                              opt27-bf16 through `accelerate launch --config_file accelerate_configs/single.yaml`
 #   bare-bf16-flash                          the bare loop with SDPA kept off cuDNN attention (flash instead)
 #   bf16-profile                             opt27-bf16 with torch.profiler over steps 3-5 ($OUT/profile.txt)
 #   bf16-workers8                            opt27-bf16 with 8 DataLoader workers prefetching 4 batches each
@@ -19,10 +20,10 @@ source "$(dirname "$0")/device_env.sh"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$OUT/gpu.txt"
 [ -f data/synthetic_food-224/dataset_dict.json ] || python3 -m data.synthetic --out data/synthetic_food-224 --size 224 --num-train 512 --num-test 64
 
-recipe() {  # NAME RECIPE [overrides...]
+recipe() {  # NAME RECIPE [overrides...]; LAUNCH="accelerate launch ..." to go through a launcher
   local name=$1 recipe=$2; shift 2
   echo "=== $name: $(date +%s.%N) launch" | tee -a "$OUT/speed.log"
-  python3 recipes/train.py "recipes/blip2/$recipe.yaml" \
+  ${LAUNCH:-python3} recipes/train.py "recipes/blip2/$recipe.yaml" \
     --output_dir "/tmp/speed-$name" --overwrite_output_dir true --save_model false --logging_steps 4 \
     --results_file "$OUT/speed.jsonl" "$@" >> "$OUT/speed.log" 2>&1 || echo "$name failed" | tee -a "$OUT/speed.log"
   echo "=== $name: $(date +%s.%N) exit" | tee -a "$OUT/speed.log"
@@ -40,6 +41,7 @@ for part in "$@"; do
     mixed)      recipe mixed opt27-bf16-mixed ;;
     fp32)       recipe fp32 opt27-fp32-b16 ;;
     fp32-tf32)  recipe fp32-tf32 opt27-fp32-b16 --tf32 true ;;
+    bf16-launch) LAUNCH="accelerate launch --config_file accelerate_configs/single.yaml" recipe bf16-launch opt27-bf16 ;;
     bf16-profile) recipe bf16-profile opt27-bf16 --profile_steps 3; cp /tmp/speed-bf16-profile/profile/profile.txt "$OUT/" ;;
     bf16-workers8) recipe bf16-workers8 opt27-bf16 --dataloader_num_workers 8 --dataloader_prefetch_factor 4 ;;
     bf16-compile) ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION=1 recipe bf16-compile opt27-bf16 --torch_compile true ;;
