@@ -16,6 +16,7 @@ help:
 	@echo "make data    write the synthetic dataset to $(DATA)"
 	@echo "make alt-text  fill in the alt text of $(HTML) with MODEL= (and ADAPTER=)"
 	@echo "make evaluate  score MODEL= (default outputs/tiny-opt-demo) on the synthetic test split"
+	@echo "make compatibility  run the compatibility matrix's CPU cells and render docs/compatibility.md"
 	@echo "make <recipe> for each recipes/blip2/<recipe>.yaml: $(RECIPES)"
 
 venv: $(VENV)/.installed
@@ -67,3 +68,19 @@ alt-text: venv
 	$(PY) recipes/generate.py $(ALT_MODEL) --html $(HTML) $(ARGS)
 evaluate: venv data
 	$(PY) recipes/score.py $(ALT_MODEL) --dataset_path $(DATA) --split test $(ARGS)
+
+# The compatibility matrix's CPU part (docs/compatibility.md; about 6 minutes on 2 cores): the single-process cells
+# in one process, DDP and FSDP under accelerate with 2 gloo processes, then the page from these lines and the GPU
+# ones in benchmarks/results (bash benchmarks/gpu_compatibility.sh single|multi on the device machine).
+COMPAT_CPU := benchmarks/results/$(shell date +%F)-cpu-compatibility.jsonl
+COMPAT_ARGS := benchmarks/compatibility.py --out $(COMPAT_CPU) --work-dir runs/compatibility
+COMPAT_LAUNCH := $(VENV)/bin/accelerate launch --num_processes 2 --config_file
+.PHONY: compatibility compatibility-doc
+compatibility: venv
+	rm -rf $(COMPAT_CPU) runs/compatibility
+	$(PY) $(COMPAT_ARGS) --launch single zero2-offload zero3-offload
+	$(COMPAT_LAUNCH) accelerate_configs/ddp4.yaml $(COMPAT_ARGS) --launch ddp
+	$(COMPAT_LAUNCH) accelerate_configs/fsdp4.yaml $(COMPAT_ARGS) --launch fsdp
+	$(PY) benchmarks/compatibility_doc.py
+compatibility-doc: venv
+	$(PY) benchmarks/compatibility_doc.py

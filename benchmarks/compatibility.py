@@ -1,0 +1,458 @@
+"""The compatibility matrix (docs/compatibility.md): every strategy combination, run for two optimizer steps.
+
+    python benchmarks/compatibility.py --launch single zero2-offload zero3-offload --out runs/compat.jsonl
+    accelerate launch --cpu --num_processes 2 --config_file accelerate_configs/ddp4.yaml \\
+        benchmarks/compatibility.py --launch ddp --out runs/compat.jsonl
+    make compatibility          # the CPU matrix, then docs/compatibility.md
+    bash benchmarks/gpu_compatibility.sh single|multi               # the GPU cells, on the device machine
+
+A cell is precision x optimizer x launch x adapter x checkpointing (CELLS below). For each, this asks the
+validator (parse_args + check_compatible, as recipes/train.py does) and then trains the tiny model for two steps
+with the validator switched off, so the matrix shows both what the validator says and what really happens: a
+refused cell carries its message *and* the error it saved the user from, and a test
+(tests/benchmarks/test_compatibility.py) holds the validator to refusing exactly the cells that fail.
+
+Starting Python costs ~10 s and a cell ~1 s, so one process loops over a launch's cells through
+recipes.train.main, resetting the global state a run leaves behind; a distributed launch's processes loop over
+the same cells in step. Each cell appends one JSON line as soon as it is done (benchmarks/compatibility_doc.py
+renders the lines).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import gc
+import itertools
+import logging
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from pathlib import Path
+from unittest import mock
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import recipes  # noqa: E402,F401  (first: it quiets a bitsandbytes import-time warning)
+
+import torch  # noqa: E402
+
+from callbacks.results import append_json_line, git_commit, library_versions, read_records  # noqa: E402
+from recipes import train  # noqa: E402
+from recipes.arguments import parse_args  # noqa: E402
+from recipes.checks import check_compatible  # noqa: E402
+from recipes.errors import ConfigError  # noqa: E402
+
+MATRIX_VERSION = 1
+PRECISIONS = ("32-true", "bf16-true", "bf16-mixed")
+# deepspeed_cpu_adam is what a ZeRO offload config's optimizer section builds; under a ZeRO launch the cell leaves
+# `optim` unset, elsewhere it asks for `optim: deepspeed_cpu_adam`, which no transformers optimizer answers to.
+OPTIMIZERS = ("sgd", "adamw_torch", "adamw_torch_fused", "adamw_bnb_8bit", "deepspeed_cpu_adam")
+LAUNCHES = ("single", "ddp", "fsdp", "zero2-offload", "zero3-offload")
+ADAPTERS = ("full", "lora", "qlora")
+CHECKPOINTING = (False, True)
+
+DEEPSPEED_CONFIGS = {"zero2-offload": "ds_configs/zero2_offload.json", "zero3-offload": "ds_configs/zero3_offload.json"}
+# What must have run for a cell to count as working: the class, and the switches that pick its kernel.
+EXPECTED_OPTIMIZER = {
+    "sgd": ("torch.optim.sgd.SGD", {}),
+    "adamw_torch": ("torch.optim.adamw.AdamW", {"fused": None}),
+    "adamw_torch_fused": ("torch.optim.adamw.AdamW", {"fused": True}),
+    "adamw_bnb_8bit": ("bitsandbytes.optim.adamw.AdamW", {"optim_bits": 8}),
+    "deepspeed_cpu_adam": ("deepspeed.ops.adam.cpu_adam.DeepSpeedCPUAdam", {}),
+}
+# The effective configuration's `strategy` each launch must show (callbacks/effective_config.py); on the CPU,
+# accelerate runs an FSDP launch as DDP, for one.
+EXPECTED_STRATEGY = {"single": "single device", "ddp": "ddp", "fsdp": "fsdp", "zero2-offload": "deepspeed zero2",
+                     "zero3-offload": "deepspeed zero3"}
+# The effective-configuration keys a matrix line keeps: what ran, not how much memory it took.
+RAN_KEYS = ("strategy", "optimizer_class", "optimizer_options", "optimizer_wrapper_class", "model_dtype",
+            "param_dtypes", "trainable_params", "grad_dtypes", "optimizer_state_dtypes", "master_weights", "bf16",
+            "fp16", "gradient_checkpointing", "world_size")
+STEPS = 2
+# A rank that fails alone leaves the others in a collective; they fail too after this long, instead of 30 minutes.
+COLLECTIVE_TIMEOUT_S = 120
+# Two optimizer steps on 64-px photos; eight examples fill a batch of 2 on each of up to four processes.
+BASE_WORDS = ["--model_name_or_path", "blip2-tiny-opt", "--eval_size", "0", "--max_steps", str(STEPS),
+              "--per_device_train_batch_size", "2", "--learning_rate", "1e-4", "--logging_steps", "1",
+              "--memory_log_steps", "1", "--dataloader_num_workers", "0", "--disable_tqdm", "true",
+              "--num_sample_captions", "0", "--save_model", "false", "--overwrite_output_dir", "true", "--seed", "0",
+              "--ddp_timeout", str(COLLECTIVE_TIMEOUT_S)]
+NUM_PHOTOS = 16
+
+
+@dataclass(frozen=True)
+class Cell:
+    precision: str
+    optimizer: str
+    launch: str
+    adapter: str
+    checkpointing: bool
+
+    @property
+    def key(self) -> str:
+        return "/".join([self.precision, self.optimizer, self.launch, self.adapter,
+                         "ckpt-on" if self.checkpointing else "ckpt-off"])
+
+    def words(self) -> list[str]:
+        """The recipe keys that make this cell, as command-line words (the launch's process count is not one)."""
+        words = ["--precision", self.precision, "--gradient_checkpointing", str(self.checkpointing).lower()]
+        if self.launch in DEEPSPEED_CONFIGS:
+            words += ["--deepspeed", DEEPSPEED_CONFIGS[self.launch]]
+        if not (self.optimizer == "deepspeed_cpu_adam" and self.launch in DEEPSPEED_CONFIGS):
+            words += ["--optim", self.optimizer]
+        if self.adapter in ("lora", "qlora"):
+            words += ["--use_peft", "true", "--lora_r", "4"]
+        if self.adapter == "qlora":
+            words += ["--load_in_4bit", "true"]
+        return words
+
+
+CELLS = [Cell(*values) for values in itertools.product(PRECISIONS, OPTIMIZERS, LAUNCHES, ADAPTERS, CHECKPOINTING)]
+
+
+def cells_for(launch: str) -> list[Cell]:
+    return [cell for cell in CELLS if cell.launch == launch]
+
+
+# Which launches each machine runs, by (platform, processes); docs/compatibility.md shows every other pairing as
+# not planned, and a planned cell without a line as not run yet. ZeRO appears once on the CPU, with one process:
+# there it is refused before any launch matters (deepspeed is not installed on the CPU machine).
+PLAN = {
+    ("cpu", 1): ("single", "zero2-offload", "zero3-offload"),
+    ("cpu", 2): ("ddp", "fsdp"),
+    ("cuda", 1): ("single", "zero2-offload", "zero3-offload"),
+    ("cuda", 2): ("ddp", "fsdp", "zero2-offload", "zero3-offload"),
+}
+
+
+# --- one cell -----------------------------------------------------------------------------------------------
+
+
+def verdict(words: list[str]) -> dict:
+    """The validator's answer, exactly as recipes/train.py meets it: parse_args, then check_compatible."""
+    try:
+        check_compatible(parse_args(words))
+    except ConfigError as err:
+        return {"refused": True, "message": str(err)}
+    return {"refused": False, "message": None}
+
+
+# Every check this project adds before a model is built. A run with them patched out meets only the libraries.
+VALIDATOR = ("recipes.train.check_compatible", "recipes.arguments.check_deepspeed_installed",
+             "recipes.arguments.check_optim_name")
+
+
+@contextlib.contextmanager
+def validator_off():
+    with contextlib.ExitStack() as stack:
+        for target in VALIDATOR:
+            stack.enter_context(mock.patch(target, lambda *args, **kwargs: None))
+        yield
+
+
+def judge(cell: Cell, result: dict, processes: int) -> dict:
+    """works, or failed with why, from what recipes.train.main returned: STEPS finite losses, and the launch and
+    optimizer asked for, in the effective configuration (accelerate and DeepSpeed replace both without a word)."""
+    record = result["record"]
+    ran = {key: (record.get("effective_config") or {}).get(key) for key in RAN_KEYS}
+    ran["adjusted"] = (record.get("config") or {}).get("adjusted") or {}  # values the recipe changed, with why
+    losses = [entry["loss"] for entry in result["log_history"] if "loss" in entry]
+    failed = {"status": "failed", "ran": ran, "losses": losses, "origin": None}
+    if len(losses) != STEPS or not all(math.isfinite(loss) for loss in losses):
+        return {**failed, "error": f"training ran but logged losses {losses}, not {STEPS} finite ones"}
+    strategy = ran.get("strategy") or ""
+    if not strategy.startswith(EXPECTED_STRATEGY[cell.launch]) or ran.get("world_size") != processes:
+        return {**failed, "error": f"asked for {cell.launch} over {processes} process(es), but it ran as {strategy!r} "
+                                   f"over {ran.get('world_size')}: the launch was replaced without a word"}
+    expected_class, expected_options = EXPECTED_OPTIMIZER[cell.optimizer]
+    options = ran.get("optimizer_options") or {}
+    if ran["optimizer_class"] != expected_class or any(options.get(k) != v for k, v in expected_options.items()):
+        return {**failed, "error": f"asked for optim {cell.optimizer} ({expected_class}), but "
+                                   f"{ran['optimizer_class']} {options} stepped: the optimizer was replaced without a word"}
+    return {"status": "works", "error": None, "ran": ran, "losses": losses}
+
+
+def error_text(err: BaseException, limit: int = 2000) -> str:
+    text = f"{type(err).__name__}: {err}".strip()
+    return text if len(text) <= limit else text[:limit] + " …"
+
+
+def error_origin(err: BaseException) -> str | None:
+    """Where the exception was raised: the innermost frame, as a path inside the repo or site-packages."""
+    frames = traceback.extract_tb(err.__traceback__)
+    if not frames:
+        return None
+    frame = frames[-1]
+    path = frame.filename.split("site-packages/")[-1].replace(str(ROOT) + "/", "")
+    return f"{path}:{frame.lineno} in {frame.name}"
+
+
+def run_cell(cell: Cell, *, base_words: list[str], processes: int = 1, log_path: Path | None = None) -> dict:
+    """The validator's verdict and the outcome of a two-step run without it; nothing raised escapes."""
+    words = [*base_words, *cell.words()]
+    start = time.perf_counter()
+    environ = dict(os.environ)
+    log = open(log_path, "w") if log_path else open(os.devnull, "w")
+    try:
+        with log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log), library_logs_to(log):
+            said = verdict(words)
+            with validator_off():  # outside the try: a check that cannot be switched off stops the matrix
+                try:
+                    outcome = judge(cell, train.main(words), processes)
+                except Exception as err:  # noqa: BLE001  (every failure is a result here, not a crash of the matrix)
+                    outcome = {"status": "failed", "error": error_text(err), "origin": error_origin(err)}
+                    print(traceback.format_exc())
+    finally:
+        reset_global_state(environ)
+    if said["refused"] and outcome.get("error") == f"ConfigError: {said['message']}":
+        # The run "without the validator" stopped where the validator did: a check VALIDATOR does not switch off
+        # (add it there), unless transformers' own parser refuses the words, which then needs no check of ours.
+        raise RuntimeError(f"{cell.key}: the run without the validator stopped with its message: {said['message']}")
+    return {"verdict": said, "outcome": {**outcome, "seconds": round(time.perf_counter() - start, 2)}}
+
+
+@contextlib.contextmanager
+def library_logs_to(stream):
+    """transformers' log handler keeps the stderr it was made with, which redirect_stderr does not reach."""
+    handlers = [h for h in logging.getLogger("transformers").handlers if isinstance(h, logging.StreamHandler)]
+    previous = [h.setStream(stream) for h in handlers]
+    try:
+        yield
+    finally:
+        for handler, old in zip(handlers, previous):
+            handler.setStream(old)
+
+
+def reset_global_state(environ: dict) -> None:
+    """What one run leaves behind that would change the next: accelerate's singletons, transformers' DeepSpeed
+    config (it decides whether models are built partitioned), environment variables, cached CUDA memory."""
+    from accelerate.state import AcceleratorState, GradientState
+    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+    unset_hf_deepspeed_config()
+    os.environ.clear()
+    os.environ.update(environ)
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+# --- where it runs ------------------------------------------------------------------------------------------
+
+
+def where() -> dict:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    on_gpu = torch.cuda.is_available()
+    return {
+        "platform": "cuda" if on_gpu else "cpu",
+        "device": torch.cuda.get_device_name() if on_gpu else f"cpu ({platform.machine()}, {os.cpu_count()} cores)",
+        "processes": world,
+        "bf16_supported": torch.cuda.is_bf16_supported() if on_gpu else None,
+        # What accelerate launch handed the processes (its config, as variables): the validator reads some of it.
+        "launch_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("ACCELERATE_", "FSDP_"))},
+    }
+
+
+def check_launch(launch: str, processes: int) -> None:
+    """The cells must run under the launch they name: ddp/fsdp under accelerate with 2+ processes, FSDP's env set."""
+    fsdp = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
+    if launch in ("ddp", "fsdp") and processes < 2:
+        raise SystemExit(f"--launch {launch} needs accelerate launch with --num_processes 2 (or more)")
+    if (launch == "fsdp") != fsdp:
+        raise SystemExit(f"--launch {launch} under ACCELERATE_USE_FSDP={fsdp}: launch FSDP cells, and only them, "
+                         "with an FSDP accelerate config (accelerate_configs/fsdp4.yaml)")
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true" and launch not in DEEPSPEED_CONFIGS:
+        raise SystemExit(f"--launch {launch} under a DeepSpeed accelerate config: launch only ZeRO cells with it")
+    if launch == "single" and (processes != 1 or "LOCAL_RANK" in os.environ):
+        raise SystemExit("--launch single runs in a plain process (python benchmarks/compatibility.py): under a "
+                         "launcher, even with one process, accelerate sets up torch.distributed")
+
+
+class Ranks:
+    """The processes of one launch, kept in step: each rank's outcome of a cell, gathered on every rank.
+
+    A gloo group of its own, so gathering works whatever backend training uses, and so a rank that failed alone
+    waits here for the others (at most `ddp_timeout`, after which their collective fails too) instead of
+    starting the next cell out of step.
+    """
+
+    def __init__(self) -> None:
+        self.group = None
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            import torch.distributed as dist
+
+            if not dist.is_initialized():
+                backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+                if torch.cuda.is_available():
+                    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+                # Here, so that every cell shares one process group, and it has COLLECTIVE_TIMEOUT_S.
+                dist.init_process_group(backend=backend, timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
+            self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=2 * COLLECTIVE_TIMEOUT_S))
+        self.rank = int(os.environ.get("RANK", "0"))
+
+    def gather(self, value: dict) -> list[dict]:
+        if self.group is None:
+            return [value]
+        import torch.distributed as dist
+
+        values: list = [None] * dist.get_world_size()
+        dist.all_gather_object(values, value, group=self.group)
+        return values
+
+    def barrier(self) -> None:
+        if self.group is not None:
+            import torch.distributed as dist
+
+            dist.barrier(group=self.group)
+
+
+def merge_ranks(per_rank: list[dict]) -> dict:
+    """One line per cell: rank 0's result, failed if any rank failed (with that rank's error)."""
+    merged = dict(per_rank[0])
+    failed = [(rank, r) for rank, r in enumerate(per_rank) if r["outcome"]["status"] != "works"]
+    if failed and merged["outcome"]["status"] == "works":
+        rank, result = failed[0]
+        merged["outcome"] = {**result["outcome"], "error": f"rank {rank}: {result['outcome']['error']}"}
+    verdicts = {r["verdict"]["message"] for r in per_rank}
+    if len(verdicts) > 1:  # the validator must not depend on the rank; say so rather than pick one
+        merged["verdict"] = {"refused": True, "message": "ranks disagree: " + " | ".join(map(str, verdicts))}
+    return merged
+
+
+# --- the loop -----------------------------------------------------------------------------------------------
+
+
+def make_photos(path: Path) -> None:
+    """The cells' photos, written once; a lock, because the GPU script starts several launches side by side."""
+    from data.synthetic import make_synthetic_dataset
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / "photos.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (path / "dataset_dict.json").is_file():
+            make_synthetic_dataset(path, num_train=NUM_PHOTOS, num_test=2, seed=0, size=64)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--launch", nargs="+", required=True, choices=LAUNCHES,
+                        help="Launches whose cells to run; distributed ones one at a time, under accelerate launch.")
+    parser.add_argument("--out", required=True, help="JSONL file each cell's line is appended to (rank 0 writes).")
+    parser.add_argument("--work-dir", default="runs/compatibility", help="Photos, per-cell logs and scratch output.")
+    parser.add_argument("--only", nargs="*", default=None, help="Run only cells whose key contains one of these.")
+    parser.add_argument("--shard", default="1/1", help="i/n: run every n-th cell from the i-th (1-based), so that n "
+                        "launches side by side share a launch's cells (the GPU script).")
+    parser.add_argument("--resume", action="store_true",
+                        help="Skip the cells --out holds for this machine and process count; a cell a killed launch "
+                             "was in the middle of is recorded as failed, with the end of its logs.")
+    args = parser.parse_args(argv)
+
+    shard, shards = (int(part) for part in args.shard.split("/"))
+    ranks = Ranks()
+    setup = where()
+    for launch in args.launch:
+        check_launch(launch, setup["processes"])
+    work = Path(args.work_dir)
+    photos = work / "photos"
+    if ranks.rank == 0:
+        make_photos(photos)
+    ranks.barrier()
+    group_work = group_dir(work, setup, args.launch, args.shard)
+    rank_work = group_work / f"rank{ranks.rank}"
+    (rank_work / "logs").mkdir(parents=True, exist_ok=True)
+    base_words = [*BASE_WORDS, "--dataset_path", str(photos), "--output_dir", str(rank_work / "out"),
+                  "--results_file", str(rank_work / "results.jsonl")]
+    if setup["platform"] == "cpu":
+        base_words += ["--use_cpu", "true"]
+    context = {"matrix_version": MATRIX_VERSION, "command": " ".join(sys.argv), "versions": library_versions(),
+               "git_commit": git_commit(ROOT), "git_dirty": git_dirty(), "python": platform.python_version()}
+
+    def write(cell: Cell, merged: dict) -> dict:
+        line = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cell": asdict(cell), "key": cell.key,
+                "words": cell.words(), **setup, **merged, **context}
+        append_json_line(args.out, line)
+        return line
+
+    cells = [cell for launch in args.launch for cell in cells_for(launch)
+             if args.only is None or any(part in cell.key for part in args.only)][shard - 1::shards]
+    marker = group_work / "current-cell.txt"  # the cell in progress: what a killed launch was doing
+    if args.resume:
+        done = done_keys(Path(args.out), setup)
+        killed = marker.read_text().strip() if marker.is_file() else None
+        if killed and killed not in done and ranks.rank == 0:
+            cell = next(cell for cell in cells if cell.key == killed)
+            write(cell, {"verdict": verdict([*base_words, *cell.words()]), "outcome": {
+                "status": "failed", "seconds": None, "origin": None,
+                "error": "the launch died during this cell (killed, or a collective hung past "
+                         f"{COLLECTIVE_TIMEOUT_S} s); its log ends: " + log_tail(group_work, cell)}})
+            done.add(killed)
+        cells = [cell for cell in cells if cell.key not in done]
+    for number, cell in enumerate(cells, 1):
+        if ranks.rank == 0:
+            marker.write_text(cell.key)
+        result = run_cell(cell, base_words=base_words, processes=setup["processes"],
+                          log_path=rank_work / "logs" / log_name(cell))
+        merged = merge_ranks(ranks.gather(result))
+        if ranks.rank == 0:
+            line = write(cell, merged)
+            print(f"[{number}/{len(cells)}] {setup['platform']} x{setup['processes']} {cell.key}: "
+                  f"{status_of(line)} ({merged['outcome']['seconds']} s)", flush=True)
+    if ranks.rank == 0:
+        marker.unlink(missing_ok=True)
+    return 0
+
+
+def group_dir(work: Path, setup: dict, launches: list[str], shard: str) -> Path:
+    """One folder per launch group, shard and rank: the GPU script runs several at once."""
+    return work / f"{setup['platform']}-x{setup['processes']}-{'+'.join(launches)}-{shard.replace('/', 'of')}"
+
+
+def git_dirty() -> bool | None:
+    """Whether tracked files differ from git_commit: the run then tested code no commit holds."""
+    try:
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                                capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return bool(status.stdout.strip()) if status.returncode == 0 else None
+
+
+def log_name(cell: Cell) -> str:
+    return cell.key.replace("/", "_") + ".log"
+
+
+def log_tail(group_work: Path, cell: Cell, lines: int = 5) -> str:
+    tails = []
+    for log in sorted(group_work.glob(f"rank*/logs/{log_name(cell)}")):
+        text = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-lines:]
+        tails.append(f"[{log.parent.parent.name}] " + " | ".join(text))
+    return " ".join(tails) or "(no log)"
+
+
+def status_of(line: dict) -> str:
+    """works / refused (and it does fail) / failed (the validator let a failing cell through) / refused-but-works."""
+    refused, works = line["verdict"]["refused"], line["outcome"]["status"] == "works"
+    if refused:
+        return "refused-but-works" if works else "refused"
+    return "works" if works else "failed"
+
+
+def done_keys(path: Path, setup: dict) -> set[str]:
+    return {r["key"] for r in read_records(path)
+            if (r["platform"], r["processes"]) == (setup["platform"], setup["processes"])}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
