@@ -1,11 +1,14 @@
 # One target per experiment: `make <recipe-name>` runs recipes/blip2/<recipe-name>.yaml.
-# Set ACCELERATE_CONFIG to change how it launches (accelerate_configs/*.yaml), ARGS to override keys:
+# Set ACCELERATE_CONFIG to change how it launches (accelerate_configs/*.yaml), ARGS to override keys,
+# ACCELERATE_ARGS to add launcher flags (another machine of a multi-machine run: see the README):
 #   make opt27-bf16 ARGS="--per_device_train_batch_size 8"
+#   make opt27-bf16 ACCELERATE_CONFIG=accelerate_configs/ddp4.yaml
 
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 ACCELERATE_CONFIG ?= accelerate_configs/single.yaml
+ACCELERATE_ARGS ?=
 DATA := data/synthetic_food
 ARGS ?=
 
@@ -47,7 +50,11 @@ GPU_RECIPES := $(filter-out tiny-%,$(RECIPES))
 $(filter tiny-%,$(RECIPES)): venv data
 	$(PY) recipes/train.py recipes/blip2/$@.yaml $(ARGS)
 $(GPU_RECIPES): data-224
-	accelerate launch --config_file $(ACCELERATE_CONFIG) recipes/train.py recipes/blip2/$@.yaml $(ARGS)
+	accelerate launch --config_file $(ACCELERATE_CONFIG) $(ACCELERATE_ARGS) recipes/train.py recipes/blip2/$@.yaml $(ARGS)
+# A multi-GPU recipe launches with the accelerate config its name ends in; ACCELERATE_CONFIG=... still wins.
+%-ddp4: ACCELERATE_CONFIG = accelerate_configs/ddp4.yaml
+%-fsdp4: ACCELERATE_CONFIG = accelerate_configs/fsdp4.yaml
+%-zero3-offload4: ACCELERATE_CONFIG = accelerate_configs/zero3_offload4.yaml
 
 # The lab's single-GPU ladder, each step in its own process; BENCH=1 keeps it to a few steps each.
 LADDER ?=

@@ -135,6 +135,10 @@ def effective_config(args: Any, model: torch.nn.Module, optimizer: Any = None) -
         "gradient_checkpointing": gc_on,
         "gradient_checkpointing_reentrant": _reentrant(model) if gc_on else None,
         "gradient_checkpointing_kwargs": getattr(args, "gradient_checkpointing_kwargs", None),
+        # FSDP's activation checkpointing wraps layers in torch's CheckpointWrapper instead (recipes/launch.py);
+        # fully_shard then renames each wrapper's class to FSDPCheckpointWrapper, a subclass.
+        "checkpoint_wrapped_layers": sum(any(c.__name__ == "CheckpointWrapper" for c in type(m).__mro__)
+                                         for m in model.modules()),
         "trainable_params": trainable,
         "frozen_params": frozen,
         "per_device_train_batch_size": args.per_device_train_batch_size,

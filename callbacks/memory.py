@@ -147,6 +147,52 @@ def _zero_tensors(zero: Any) -> dict[str, list]:
     }
 
 
+def communication_buffers(model: Any) -> dict[str, Any] | None:
+    """What data parallelism holds besides params, grads and optimizer state: part of the act+other residual.
+
+    `model` is the Trainer's `model_wrapped`. Read from the wrappers themselves (docs/memory.md):
+    - DDP: its gradient buckets, from DDP's own logging data (`bucket_sizes`, bytes). With
+      `gradient_as_bucket_view` off (torch's default, and the Trainer's) they are a second copy of every
+      gradient, allocated at the first backward and kept: `extra_bytes`.
+    - FSDP2: per unit (one `fully_shard` call), the bytes its parameters take once all-gathered, in the dtype
+      they are gathered in: the largest unit bounds the gather buffers of one forward or backward step
+      (prefetching can hold the next unit's as well), and units that do not reshard after forward (the root,
+      accelerate's embedding + head unit) stay gathered from their forward until their backward.
+    None for a single device or DeepSpeed (whose buffers memory_by_category counts), or where torch's
+    internals differ from 2.11-2.13's.
+    """
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        try:
+            data = model._get_ddp_logging_data()
+            sizes = [int(size) for size in str(data.get("bucket_sizes", "")).split(",") if size]
+        except (AttributeError, RuntimeError, ValueError):
+            return None
+        as_view = bool(data.get("gradient_as_bucket_view"))
+        return {"kind": "ddp", "buckets": len(sizes), "bucket_bytes": sum(sizes),
+                "gradient_as_bucket_view": as_view, "extra_bytes": 0 if as_view else sum(sizes)}
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # pragma: no cover
+        return None
+    if model is None or not isinstance(model, torch.nn.Module):
+        return None
+    states = {id(state): state for state in (m._get_fsdp_state() for m in model.modules() if isinstance(m, FSDPModule))}
+    if not states:
+        return None
+    try:
+        units = []
+        for state in states.values():
+            groups = getattr(state, "_fsdp_param_groups", None) or [getattr(state, "_fsdp_param_group", None)]
+            for group in (g for g in groups if g is not None):
+                gathered = sum(torch.Size(p._orig_size).numel() * (p.param_dtype or p.orig_dtype).itemsize
+                               for p in group.fsdp_params)
+                units.append((gathered, group.post_forward_mesh_info is None))
+    except AttributeError:
+        return None
+    return {"kind": "fsdp2", "units": len(units), "largest_unit_gathered_bytes": max(b for b, _ in units),
+            "kept_gathered_bytes": sum(b for b, kept in units if kept), "all_gathered_bytes": sum(b for b, _ in units)}
+
+
 def memory_by_category(model: torch.nn.Module, optimizer: Any = None) -> dict[str, int | None]:
     """Bytes this rank holds, per category; CUDA figures are None when CUDA is not in use.
 

@@ -1,4 +1,7 @@
-"""One JSON line per run in the results file, written by rank 0 after gathering every rank's snapshots."""
+"""One JSON line per run in the results file, written by rank 0 after gathering every rank's snapshots.
+
+A run that failed (OOM, error) is written by each failing rank on its own: see `write_run_record`.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from typing import Any
 
 import torch
 
-from callbacks.memory import MemoryCallback
+from callbacks.memory import MemoryCallback, communication_buffers
 from callbacks.summary import RunSummaryCallback, device_name
 
 LIBRARIES = ("torch", "transformers", "accelerate", "peft", "deepspeed", "bitsandbytes")
@@ -89,7 +92,10 @@ def write_run_record(trainer: Any, *, status: str, recipe: str, config: dict[str
                      error: BaseException | str | None = None, results_file: str | Path | None = None) -> dict[str, Any]:
     """Builds the run's record on every rank, appends it to the results file on rank 0, and returns it.
 
-    Call it on every rank (it gathers through torch.distributed when that is initialised). `config`
+    Call it on every rank (it gathers through torch.distributed when that is initialised). A failed run
+    (status oom or error) does not gather: the failing rank cannot know whether the others are still blocked in
+    a collective of the step it left (an OOM on one GPU), where a gather would wait for the process group's
+    timeout (30 minutes); each failing rank appends its own record instead (`ranks_recorded` says whose). `config`
     holds the recipe's other argument groups as dicts; TrainingArguments.to_dict() is added as
     "training_args". `results_file` defaults to the one given to build_callbacks.
     """
@@ -102,8 +108,10 @@ def write_run_record(trainer: Any, *, status: str, recipe: str, config: dict[str
         "rank": args.process_index,
         "summary": summary_cb.summary() if summary_cb is not None else None,
         "snapshots": memory.rows if memory is not None else [],
+        "comm_buffers": communication_buffers(getattr(trainer, "model_wrapped", None)),
     }
-    ranks = _gather(local)
+    # "interrupted" is safe to gather: InterruptCallback stops every rank at the same step.
+    ranks = [local] if status in ("oom", "error") else _gather(local)
     effective = summary_cb.effective_config if summary_cb is not None else None
     record = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -118,11 +126,13 @@ def write_run_record(trainer: Any, *, status: str, recipe: str, config: dict[str
         "config": {"training_args": args.to_dict(), **(config or {})},
         "summary": ranks[0]["summary"],
         "summary_per_rank": [r["summary"] for r in ranks],
+        "ranks_recorded": [r["rank"] for r in ranks],
+        "comm_buffers_per_rank": [r["comm_buffers"] for r in ranks],
         "effective_config": effective,
         "last_phase": {"step": memory.last_step, "phase": memory.last_phase} if memory is not None else None,
         "snapshots": [row for r in ranks for row in r["snapshots"]],
     }
-    if args.process_index == 0:
+    if args.process_index == 0 or status in ("oom", "error"):
         path = results_file or (summary_cb.results_file if summary_cb is not None else "runs/results.jsonl")
         append_json_line(path, record)
     return record

@@ -140,8 +140,10 @@ def init_query_tokens(model: Blip2ForConditionalGeneration) -> None:
             model.query_tokens.normal_(0.0, std)
 
 
-def build_quantization_config(load_in_4bit: bool, double_quant: bool, compute_dtype: torch.dtype) -> BitsAndBytesConfig | None:
-    """QLoRA's 4-bit NF4 base weights; None when the model is not quantized."""
+def build_quantization_config(load_in_4bit: bool, double_quant: bool, compute_dtype: torch.dtype,
+                              quant_storage: torch.dtype = torch.uint8) -> BitsAndBytesConfig | None:
+    """QLoRA's 4-bit NF4 base weights; None when the model is not quantized. `quant_storage`: the dtype the packed
+    weights are stored in (FSDP needs the model's dtype to shard them: recipes/launch.py quant_storage)."""
     if not load_in_4bit:
         return None
     return BitsAndBytesConfig(
@@ -149,6 +151,7 @@ def build_quantization_config(load_in_4bit: bool, double_quant: bool, compute_dt
         bnb_4bit_quant_type="nf4",
         bnb_4bit_use_double_quant=double_quant,
         bnb_4bit_compute_dtype=compute_dtype,
+        bnb_4bit_quant_storage=quant_storage,
     )
 
 

@@ -14,6 +14,7 @@ import yaml
 from transformers import HfArgumentParser, TrainingArguments
 
 from recipes.errors import ConfigError
+from recipes.launch import launch_deepspeed_words
 
 PRECISIONS = ("32-true", "bf16-true", "bf16-mixed", "fp16-mixed")
 
@@ -189,6 +190,7 @@ def parse_args(argv: list[str] | None = None) -> Arguments:
     recipe_path = argv.pop(0) if argv and argv[0].endswith((".yaml", ".yml")) else None
     recipe = load_recipe(recipe_path) if recipe_path else {}
     words = to_argv(PROJECT_DEFAULTS) + to_argv(recipe) + argv
+    words += launch_deepspeed_words(words)  # a DeepSpeed accelerate config's file, as if the recipe named it
     check_deepspeed_installed(words)
     check_optim_name(words)
     model, data, strategy, training = _parse(words)

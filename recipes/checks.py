@@ -7,6 +7,7 @@ import torch
 
 from recipes.arguments import Arguments
 from recipes.errors import ConfigError
+from recipes.launch import launch_problems
 from recipes.outputs import output_dir_problems
 
 
@@ -28,6 +29,7 @@ def check_compatible(args: Arguments) -> None:
                                     resume_from_checkpoint=training.resume_from_checkpoint)
     problems += model_problems(args)
     problems += strategy_problems(args)
+    problems += launch_problems(args)  # DDP, FSDP and DeepSpeed launches (recipes/launch.py)
     if problems:
         raise ConfigError("\n".join(problems))
 

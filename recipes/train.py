@@ -42,6 +42,7 @@ from models.presets import language_family  # noqa: E402
 from recipes.arguments import Arguments, model_dtype, parse_args  # noqa: E402
 from recipes.checks import check_compatible  # noqa: E402
 from recipes.errors import EXIT_USER_ERROR, AltscaleError  # noqa: E402
+from recipes.launch import configure_fsdp, quant_storage, read_launch, route_checkpointing  # noqa: E402
 from recipes.publish import publish_run, push_adjustment, trainer_args_without_push  # noqa: E402
 from recipes.outputs import prepare_output_dir, write_json_atomic  # noqa: E402
 
@@ -60,7 +61,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     check_compatible(args)  # fails before any weight is loaded
     set_seed(args.training.seed)
-    adjustments = scale_learning_rate(args) | push_adjustment(args.training)
+    launch = read_launch(args.training)  # single, DDP, FSDP or DeepSpeed, as accelerate launch set it up
+    adjustments = scale_learning_rate(args) | push_adjustment(args.training) | route_checkpointing(args, launch)
     train_set, eval_set = build_datasets(args)  # bad data stops the run before a large model is built
     startup["data"] = time.time() - PROCESS_START
     dtype = model_dtype(args.strategy.precision)
@@ -71,7 +73,8 @@ def main(argv: list[str] | None = None) -> dict:
         attn_implementation=args.model.attn_implementation,
         processor_name_or_path=args.model.processor_name_or_path,
         quantization=build_quantization_config(
-            args.strategy.load_in_4bit, args.strategy.bnb_4bit_use_double_quant, compute_dtype=torch.bfloat16
+            args.strategy.load_in_4bit, args.strategy.bnb_4bit_use_double_quant, compute_dtype=torch.bfloat16,
+            quant_storage=quant_storage(launch, dtype),
         ),
     )
     model = apply_adapters(args, model)
@@ -83,8 +86,9 @@ def main(argv: list[str] | None = None) -> dict:
         max_caption_tokens=args.data.max_caption_tokens,
     )
     trainer = build_trainer(args, model, processor, collator, train_set, eval_set, startup)
+    configure_fsdp(trainer, launch)  # FSDP units and checkpointing from the built model, before the Trainer wraps it
     startup["trainer"] = time.time() - PROCESS_START
-    record = train(args, trainer, model_report, adjustments)
+    record = train(args, trainer, model_report, adjustments, launch.to_record())
     if args.strategy.save_model:
         trainer.save_model()
     result = {"record": record, "log_history": trainer.state.log_history, "output_dir": args.training.output_dir}
@@ -188,7 +192,7 @@ def flops_per_sample(config, collator: CaptionCollator, train_set, sample_size: 
     return blip2_flops_per_sample(config, text_tokens=caption_tokens, prompt_tokens=prompt_tokens)
 
 
-def train(args: Arguments, trainer: Trainer, model_report, adjustments: dict) -> dict:
+def train(args: Arguments, trainer: Trainer, model_report, adjustments: dict, launch: dict | None = None) -> dict:
     """Run the Trainer and append the run's record; an OOM is recorded, then raised as one message."""
     config = {
         "model": asdict(args.model),
@@ -196,6 +200,7 @@ def train(args: Arguments, trainer: Trainer, model_report, adjustments: dict) ->
         "strategy": asdict(args.strategy),
         "model_build": asdict(model_report),
         "adjusted": adjustments,
+        "launch": launch,
     }
     recipe = Path(args.recipe).stem if args.recipe else "command-line"
     try:

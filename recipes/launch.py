@@ -1,0 +1,273 @@
+"""How this process was launched, and what that means for the recipe: the one helper that asks.
+
+One GPU, DDP, FSDP and ZeRO are launch choices (accelerate_configs/*.yaml), never code paths of the recipe.
+`accelerate launch` hands its config to the processes as environment variables (ACCELERATE_USE_FSDP, FSDP_*,
+ACCELERATE_USE_DEEPSPEED, ACCELERATE_DEEPSPEED_CONFIG_FILE, ACCELERATE_MIXED_PRECISION), which the Trainer's
+Accelerator reads; a recipe may also say `fsdp`/`fsdp_config` or `deepspeed` (TrainingArguments keys). Both
+routes end in the same plugin objects; this module reads them once (`read_launch`), refuses what cannot run
+(`launch_problems`), makes the one adjustment (`route_checkpointing`), and finishes the FSDP setup that needs
+the built model (`configure_fsdp`). What was read and done goes into the run record as `config.launch`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from recipes.errors import ConfigError
+
+FSDP_CONFIG = "accelerate_configs/fsdp4.yaml"
+# accelerate 1.15 turns FSDP on only for accelerator backends (AcceleratorState: MULTI_GPU, MULTI_XPU, ...): with
+# use_cpu the same launch silently trains plain DDP. The CPU tests lift both restrictions at once
+# (tests/recipes/launched.py) to run accelerate's real FSDP2 path over gloo.
+ACCELERATE_FSDP_ON_CPU = False
+
+
+@dataclass
+class Launch:
+    """What the launch asks for, as the Trainer will see it."""
+
+    strategy: str  # single, ddp, fsdp or deepspeed
+    world_size: int
+    mixed_precision: str  # the accelerate config's `mixed_precision` ("no" without one)
+    deepspeed: str | None = None  # the DeepSpeed config file, from the recipe or the accelerate config
+    fsdp: dict[str, Any] | None = None  # the FSDP plugin's settings; configure_fsdp adds what it chose
+
+    def to_record(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _env_true(name: str, environ=os.environ) -> bool:
+    return environ.get(name, "false").lower() == "true"
+
+
+def read_launch(training, environ=os.environ) -> Launch:
+    """The launch of this process: strategy, world size, the accelerate config's precision, FSDP settings.
+
+    FSDP settings are read from the plugin the Trainer will build (transformers' `fsdp_plugin_args` from the
+    recipe's `fsdp_config`, else accelerate's FSDP_* variables), so what is checked is what will run.
+    """
+    fsdp_on = bool(training.fsdp) or _env_true("ACCELERATE_USE_FSDP", environ)
+    deepspeed = training.deepspeed if isinstance(training.deepspeed, str) else None
+    if training.deepspeed:
+        strategy = "deepspeed"
+    elif fsdp_on:
+        strategy = "fsdp"
+    else:
+        strategy = "ddp" if training.world_size > 1 else "single"
+    return Launch(
+        strategy=strategy,
+        world_size=training.world_size,
+        mixed_precision=environ.get("ACCELERATE_MIXED_PRECISION", "no"),
+        deepspeed=deepspeed,
+        fsdp=_fsdp_settings(training, environ) if fsdp_on else None,
+    )
+
+
+def _fsdp_settings(training, environ) -> dict[str, Any]:
+    plugin_args = training.fsdp_plugin_args
+    version = int(plugin_args["fsdp_version"] if plugin_args else environ.get("FSDP_VERSION", "1"))
+    if version != 2:
+        return {"version": version}  # refused by launch_problems; FSDP1's plugin wants a GPU just to be built
+    from accelerate.utils import FullyShardedDataParallelPlugin
+    from torch.distributed.fsdp import CPUOffloadPolicy
+    from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy, transformer_auto_wrap_policy
+
+    plugin = FullyShardedDataParallelPlugin(**plugin_args) if plugin_args else FullyShardedDataParallelPlugin()
+    wrap = {transformer_auto_wrap_policy: "TRANSFORMER_BASED_WRAP", size_based_auto_wrap_policy: "SIZE_BASED_WRAP"}
+    return {
+        "version": version,
+        "reshard_after_forward": plugin.reshard_after_forward,  # true: FULL_SHARD, false: SHARD_GRAD_OP
+        "auto_wrap_policy": wrap.get(plugin.auto_wrap_policy, "NO_WRAP"),
+        "transformer_cls_names_to_wrap": plugin.transformer_cls_names_to_wrap,
+        "activation_checkpointing": bool(plugin.activation_checkpointing),
+        "state_dict_type": plugin.state_dict_type.name,
+        "cpu_offload": isinstance(plugin.cpu_offload, CPUOffloadPolicy),
+        "cpu_ram_efficient_loading": bool(plugin.cpu_ram_efficient_loading),
+    }
+
+
+def implied_mixed_precision(training) -> str:
+    """The accelerate `mixed_precision` that the recipe's precision sets (through its bf16/fp16 flags)."""
+    return "bf16" if training.bf16 else "fp16" if training.fp16 else "no"
+
+
+def launch_problems(args) -> list[str]:
+    """Launches that cannot run as asked, each with the fix; checked before any weight is loaded."""
+    training, launch = args.training, read_launch(args.training)
+    problems = []
+    implied = implied_mixed_precision(training)
+    if launch.mixed_precision not in ("no", implied):
+        # transformers takes ACCELERATE_MIXED_PRECISION whenever the recipe sets neither bf16 nor fp16: a yaml
+        # saying bf16 would autocast a 32-true recipe, and make FSDP upcast a bf16-true model to fp32.
+        problems.append(
+            f"mixed_precision: {launch.mixed_precision} in the accelerate config contradicts precision: "
+            f"{args.strategy.precision}; the recipe's precision decides: set mixed_precision: 'no' in the accelerate "
+            "config (as accelerate_configs/*.yaml do)"
+        )
+    if launch.fsdp is not None:
+        problems += fsdp_problems(args, launch)
+    return problems
+
+
+def fsdp_problems(args, launch: Launch) -> list[str]:
+    training, fsdp = args.training, launch.fsdp
+    if training.deepspeed:
+        return [f"fsdp and deepspeed: {training.deepspeed} both shard the model; launch with one of them "
+                f"({FSDP_CONFIG}, or a DeepSpeed config with accelerate_configs/single.yaml)"]
+    if fsdp["version"] != 2:
+        return [f"fsdp_version: {fsdp['version']}: FSDP1 is deprecated in transformers 5.17 and its flat parameters "
+                f"are not what the memory breakdown counts; set fsdp_version: 2 (as {FSDP_CONFIG} does)"]
+    problems = []
+    if launch.world_size < 2:
+        problems.append(f"FSDP with one process (world size {launch.world_size}) shards nothing and only adds "
+                        f"all-gathers; launch several processes ({FSDP_CONFIG}: 4 GPUs), or for one GPU that lacks "
+                        "memory use deepspeed: ds_configs/zero3_offload.json")
+    if (training.use_cpu or not torch.cuda.is_available()) and not ACCELERATE_FSDP_ON_CPU:
+        problems.append("FSDP on the CPU: accelerate applies FSDP on GPUs only, so this launch would silently train "
+                        "plain DDP; run it on GPUs, or launch with accelerate_configs/ddp4.yaml")
+    if fsdp["auto_wrap_policy"] == "NO_WRAP":
+        problems.append(f"fsdp_auto_wrap_policy: NO_WRAP makes the whole model one unit, gathered in full on every "
+                        f"GPU: nothing saved; set fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP (as {FSDP_CONFIG} does)")
+    if fsdp["state_dict_type"] != "FULL_STATE_DICT" and args.strategy.save_model:
+        problems.append(f"fsdp_state_dict_type: {fsdp['state_dict_type']} saves a distributed checkpoint, not a model "
+                        "folder that from_pretrained and recipes/generate.py read; set fsdp_state_dict_type: "
+                        "FULL_STATE_DICT (rank 0 writes model.safetensors) or save_model: false")
+    return problems
+
+
+def launch_deepspeed_words(words: list[str], environ=os.environ) -> list[str]:
+    """The accelerate config's DeepSpeed file as the recipe's `deepspeed` key, so that both launches take the
+    Trainer's one DeepSpeed path (its "auto" values, precision_flags' bf16 mode, the checks of deepspeed_problems).
+    """
+    if not _env_true("ACCELERATE_USE_DEEPSPEED", environ):
+        return []
+    launched = environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE", "none")
+    if launched == "none":
+        raise ConfigError("accelerate config: distributed_type: DEEPSPEED without a deepspeed_config_file; name one of "
+                          "ds_configs/*.json there (as accelerate_configs/zero3_offload4.yaml does)")
+    asked = _last_value(words, "--deepspeed")
+    if asked is None:
+        return ["--deepspeed", launched]
+    if Path(asked).resolve() != Path(launched).resolve():
+        raise ConfigError(f"deepspeed: {asked} in the recipe, but the accelerate config names {launched}; keep one: "
+                          "drop the recipe's deepspeed key, or launch with accelerate_configs/single.yaml")
+    return []
+
+
+def _last_value(words: list[str], flag: str) -> str | None:
+    if flag not in words:
+        return None
+    at = len(words) - 1 - words[::-1].index(flag)
+    return words[at + 1] if at + 1 < len(words) else None
+
+
+def route_checkpointing(args, launch: Launch) -> dict:
+    """Under FSDP, `gradient_checkpointing: true` becomes FSDP's activation checkpointing. Returns the report.
+
+    transformers' checkpointing re-runs each layer inside its own backward, where FSDP has already resharded the
+    layer, so every recomputation all-gathers it a second time (transformers warns, issue #30404), and the Trainer
+    refuses both switched on at once. FSDP's own checkpoint wrapper runs inside the gathered unit. The recipe keeps
+    its one key; the switch happens here, and the run record shows asked and used.
+    """
+    training = args.training
+    if launch.fsdp is None or not training.gradient_checkpointing:
+        return {}
+    training.gradient_checkpointing = False
+    launch.fsdp["activation_checkpointing"] = True
+    change = {"asked": True, "used": "false: FSDP activation checkpointing instead (fsdp_activation_checkpointing)",
+              "why": "transformers' checkpointing under FSDP all-gathers every layer a second time in backward"}
+    if training.process_index == 0:
+        print(f"gradient_checkpointing: asked true, using FSDP's activation checkpointing ({change['why']})")
+    return {"gradient_checkpointing": change}
+
+
+def quant_storage(launch: Launch, dtype: torch.dtype) -> torch.dtype:
+    """Storage dtype of QLoRA's packed 4-bit weights: under FSDP, the dtype of the model's other weights.
+
+    FSDP2 shards only floating-point parameters, all of one dtype per unit; bitsandbytes' default uint8 storage
+    would leave every 4-bit weight unsharded on every GPU (accelerate excludes them from fully_shard).
+    """
+    return dtype if launch.fsdp is not None else torch.uint8
+
+
+def configure_fsdp(trainer, launch: Launch) -> None:
+    """The FSDP choices that need the built model, made on the Trainer's plugin before it wraps the model.
+
+    - units: each tower's repeated block (models/layers.py), unless the launch named classes itself;
+    - activation checkpointing as read and routed, with the language model's KV cache off: FSDP's checkpoint
+      wrapper re-runs a layer in backward, and a cache filled in forward would be appended to again (OPT then
+      fails on a 2x-long attention mask, T5 saves a different number of tensors); transformers' own checkpointing
+      switches it off per layer;
+    - one module per tied embedding (`share_tied_embeddings`);
+    - every rank must start from the same weights: FSDP2 shards what each rank built and broadcasts nothing.
+    """
+    plugin = getattr(trainer.accelerator.state, "fsdp_plugin", None)
+    if plugin is None or launch.fsdp is None:
+        return
+    from accelerate.utils.dataclasses import get_module_class_from_name
+
+    from models.layers import layer_class_names, towers
+
+    model = trainer.model
+    if launch.fsdp["auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP":
+        if plugin.transformer_cls_names_to_wrap is None:
+            plugin.transformer_cls_names_to_wrap = layer_class_names(model)
+        unknown = [name for name in plugin.transformer_cls_names_to_wrap if get_module_class_from_name(model, name) is None]
+        if unknown:
+            raise ConfigError(f"fsdp_transformer_layer_cls_to_wrap: {', '.join(unknown)} not in this model, whose "
+                              f"layers are {', '.join(layer_class_names(model))}; drop the key (the layers are then "
+                              "read from the model)")
+    launch.fsdp["transformer_cls_names_to_wrap"] = plugin.transformer_cls_names_to_wrap
+    plugin.activation_checkpointing = launch.fsdp["activation_checkpointing"]
+    if plugin.activation_checkpointing:
+        # Every config of the language model: T5's encoder and decoder stacks hold copies of their own.
+        for module in towers(model)["language"].modules():
+            if hasattr(getattr(module, "config", None), "use_cache"):
+                module.config.use_cache = False
+    launch.fsdp["tied_embeddings_shared"] = share_tied_embeddings(towers(model)["language"])
+    launch.fsdp["weights_broadcast_from_rank0"] = align_weights(model)
+
+
+def share_tied_embeddings(language_model) -> list[str]:
+    """Makes every nn.Embedding that holds the input embedding's weight that very module; returns their names.
+
+    transformers 5 gives T5's encoder and decoder their own embed_tokens modules tied to `shared` by weight.
+    accelerate puts `shared` and the tied LM head in one FSDP unit and the stacks' embed_tokens in the root unit:
+    one parameter in two units, which torch 2.13 refuses ("shared with a parameter already managed by another FSDP
+    group") and older torch would shard twice, untied. One module, seen from three places, has one unit.
+    OPT has a single embed_tokens: nothing changes.
+    """
+    embedding = language_model.get_input_embeddings()
+    names = [name for name, module in language_model.named_modules()
+             if module is not embedding and isinstance(module, torch.nn.Embedding) and module.weight is embedding.weight]
+    for name in names:
+        language_model.set_submodule(name, embedding)
+    return names
+
+
+def align_weights(model) -> bool:
+    """Compares every parameter's sum across ranks; if any differ, broadcasts rank 0's weights. True if it had to.
+
+    Ranks build a random-init model from one seed, so they should agree; a stray random draw on one rank would
+    otherwise train shards of different models, silently.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return False
+    params = [p for p in model.parameters() if p.device.type != "meta"]
+    sums = torch.stack([p.detach().double().sum() for p in params])
+    low, high = sums.clone(), sums.clone()
+    dist.all_reduce(low, op=dist.ReduceOp.MIN)
+    dist.all_reduce(high, op=dist.ReduceOp.MAX)
+    if torch.equal(low, high):
+        return False
+    with torch.no_grad():
+        for p in params:
+            dist.broadcast(p.data, src=0)
+    return True

@@ -1,0 +1,321 @@
+"""Launch files and what the recipe does with them (recipes/launch.py): one process each, no distributed run.
+
+A launch's environment comes from accelerate's own launcher code for the repo's yaml files, so these tests see
+exactly the FSDP_* / ACCELERATE_* variables that `accelerate launch --config_file ...` hands the processes.
+The runs with several processes are in test_distributed.py.
+"""
+
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+import yaml
+from transformers import Blip2ForConditionalGeneration, TrainingArguments
+
+import recipes.launch
+from models.build import build_model, build_quantization_config
+from models.layers import layer_class_names
+from models.presets import load_preset_config
+from recipes import train
+from recipes.arguments import parse_args
+from recipes.checks import check_compatible
+from recipes.errors import ConfigError
+from recipes.launch import (configure_fsdp, launch_deepspeed_words, launch_problems, quant_storage, read_launch,
+                            route_checkpointing, share_tied_embeddings)
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = ROOT / "accelerate_configs"
+
+
+def launch_env(config: str, *flags: str) -> dict[str, str]:
+    """The ACCELERATE_* and FSDP_* variables `accelerate launch --config_file <config> <flags>` gives each process.
+
+    Goes through accelerate's own launcher steps (`_validate_launch_command`, then the env preparation of the
+    launcher it would pick), without starting anything.
+    """
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_multi_gpu_env, prepare_simple_launcher_cmd_env
+
+    args = launch_command_parser().parse_args(["--config_file", str(CONFIGS / config), *flags, "recipes/train.py"])
+    args, defaults, mixed_precision_from_file = _validate_launch_command(args)
+    if args.use_deepspeed:
+        # as launch_command does before deepspeed_launcher (which itself needs deepspeed installed)
+        fields = list(defaults.deepspeed_config) + (["mixed_precision"] if mixed_precision_from_file else [])
+        args.deepspeed_fields_from_accelerate_config = ",".join(fields)
+        env = prepare_deepspeed_cmd_env(args)[1]
+    elif args.use_fsdp or args.multi_gpu:
+        env = prepare_multi_gpu_env(args)
+    else:
+        env = prepare_simple_launcher_cmd_env(args)[1]
+    return {key: value for key, value in env.items() if key.startswith(("ACCELERATE_", "FSDP_"))}
+
+
+@pytest.fixture
+def launched(monkeypatch):
+    """Sets a yaml's launch variables in this process, as if it had been started by `accelerate launch`."""
+
+    def set_env(config: str, *flags: str, processes: int = 4, fsdp_on_cpu: bool = True):
+        for key, value in launch_env(config, *flags).items():
+            monkeypatch.setenv(key, value)
+        # The world size a launch would have, without starting a process group here.
+        monkeypatch.setattr(TrainingArguments, "world_size", property(lambda self: processes))
+        # This machine has no GPU: lift the CPU refusal unless the test is about it.
+        monkeypatch.setattr(recipes.launch, "ACCELERATE_FSDP_ON_CPU", fsdp_on_cpu)
+
+    return set_env
+
+
+# ------------------------------------------------------------------ the launch files
+
+
+def test_every_accelerate_config_loads_and_leaves_precision_to_the_recipe():
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    for path in sorted(CONFIGS.glob("*.yaml")):
+        config = load_config_from_file(str(path))
+        raw = yaml.safe_load(path.read_text())
+        assert path.read_text().startswith(f"# {path.stem}:"), path
+        if config.distributed_type == "DEEPSPEED":
+            # accelerate refuses a mixed_precision key beside a deepspeed_config_file
+            assert "mixed_precision" not in raw, path
+            assert (ROOT / config.deepspeed_config["deepspeed_config_file"]).is_file(), path
+        else:
+            assert raw["mixed_precision"] == "no", path
+
+
+def test_fsdp4_shards_fully_with_fsdp2_layer_units_and_a_full_state_dict():
+    env = launch_env("fsdp4.yaml")
+    assert env["ACCELERATE_USE_FSDP"] == "true" and env["FSDP_VERSION"] == "2"
+    assert env["FSDP_RESHARD_AFTER_FORWARD"] == "true"  # FULL_SHARD
+    assert env["FSDP_AUTO_WRAP_POLICY"] == "TRANSFORMER_BASED_WRAP"
+    assert "FSDP_TRANSFORMER_CLS_TO_WRAP" not in env  # read from the built model, per family
+    assert env["FSDP_STATE_DICT_TYPE"] == "FULL_STATE_DICT" and env["FSDP_ACTIVATION_CHECKPOINTING"] == "false"
+    assert env["ACCELERATE_MIXED_PRECISION"] == "no"
+
+
+def test_the_deepspeed_configs_name_the_repos_ds_files():
+    assert launch_env("zero2_offload4.yaml")["ACCELERATE_DEEPSPEED_CONFIG_FILE"] == "ds_configs/zero2_offload.json"
+    env = launch_env("zero3_offload4.yaml")
+    assert env["ACCELERATE_DEEPSPEED_CONFIG_FILE"] == "ds_configs/zero3_offload.json"
+    assert env["ACCELERATE_DEEPSPEED_ZERO3_INIT"] == "true" and env["ACCELERATE_MIXED_PRECISION"] == "no"
+
+
+def test_the_two_machine_example_needs_the_main_machines_address():
+    config = yaml.safe_load((CONFIGS / "ddp8-2machines.yaml").read_text())
+    assert (config["num_machines"], config["num_processes"], config["main_process_ip"]) == (2, 8, None)
+    env = launch_env("ddp8-2machines.yaml", "--machine_rank", "1", "--main_process_ip", "10.0.0.1")
+    assert env["ACCELERATE_MIXED_PRECISION"] == "no"
+
+
+@pytest.mark.parametrize("name, config", [("opt27-bf16-ddp4", "ddp4"), ("opt27-bf16-fsdp4", "fsdp4"),
+                                          ("xxl-bf16-fsdp4", "fsdp4"), ("xxl-bf16-zero3-offload4", "zero3_offload4"),
+                                          ("opt27-bf16-1gpu", "single")])
+def test_a_multi_gpu_make_target_launches_with_the_config_its_name_ends_in(name, config):
+    dry_run = subprocess.run(["make", "-n", name], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert f"--config_file accelerate_configs/{config}.yaml" in dry_run
+    other = subprocess.run(["make", "-n", name, "ACCELERATE_CONFIG=accelerate_configs/ddp4.yaml"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout
+    assert "--config_file accelerate_configs/ddp4.yaml" in other  # the command line still decides
+
+
+# ------------------------------------------------------------------ what is read, and the adjustments
+
+
+def test_a_plain_process_is_a_single_device_launch():
+    launch = read_launch(parse_args([]).training, environ={})
+    assert (launch.strategy, launch.world_size, launch.mixed_precision, launch.fsdp) == ("single", 1, "no", None)
+
+
+def test_the_fsdp_launch_is_read_from_accelerates_variables(launched):
+    launched("fsdp4.yaml")
+    launch = read_launch(parse_args([]).training)
+    assert (launch.strategy, launch.world_size) == ("fsdp", 4)
+    assert launch.fsdp == {"version": 2, "reshard_after_forward": True, "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+                           "transformer_cls_names_to_wrap": None, "activation_checkpointing": False,
+                           "state_dict_type": "FULL_STATE_DICT", "cpu_offload": False, "cpu_ram_efficient_loading": False}
+
+
+def test_under_fsdp_gradient_checkpointing_becomes_fsdps_activation_checkpointing(launched, capsys):
+    launched("fsdp4.yaml")
+    args = parse_args(["--gradient_checkpointing", "true"])
+    launch = read_launch(args.training)
+    adjusted = route_checkpointing(args, launch)
+    assert args.training.gradient_checkpointing is False and launch.fsdp["activation_checkpointing"] is True
+    assert adjusted["gradient_checkpointing"]["asked"] is True
+    assert "using FSDP's activation checkpointing" in capsys.readouterr().out
+
+
+def test_without_fsdp_gradient_checkpointing_stays(launched):
+    launched("ddp4.yaml")
+    args = parse_args(["--gradient_checkpointing", "true"])
+    assert route_checkpointing(args, read_launch(args.training)) == {}
+    assert args.training.gradient_checkpointing is True
+
+
+def test_the_labs_ddp_recipe_scales_2e5_to_8e5_on_four_gpus(launched, capsys):
+    launched("ddp4.yaml", processes=4)
+    args = parse_args([str(ROOT / "recipes/blip2/opt27-bf16-ddp4.yaml")])
+    adjusted = train.scale_learning_rate(args)["learning_rate"]
+    assert (adjusted["asked"], args.training.learning_rate) == (2e-5, pytest.approx(8e-5))
+    assert capsys.readouterr().out.count("learning_rate: asked 2e-05, using 8e-05") == 1
+
+
+def test_the_one_gpu_baseline_keeps_2e5():
+    args = parse_args([str(ROOT / "recipes/blip2/opt27-bf16-1gpu.yaml")])
+    train.scale_learning_rate(args)
+    assert args.training.learning_rate == pytest.approx(2e-5)
+
+
+def test_a_deepspeed_launch_hands_its_file_to_the_recipes_deepspeed_key(launched):
+    launched("zero3_offload4.yaml")
+    assert launch_deepspeed_words(["--output_dir", "x"]) == ["--deepspeed", "ds_configs/zero3_offload.json"]
+    assert launch_deepspeed_words(["--deepspeed", "ds_configs/zero3_offload.json"]) == []  # the same file: fine
+
+
+def test_qlora_under_fsdp_stores_its_4bit_weights_in_the_models_dtype(launched):
+    assert quant_storage(read_launch(parse_args([]).training, environ={}), torch.bfloat16) == torch.uint8
+    launched("fsdp4.yaml")
+    assert quant_storage(read_launch(parse_args([]).training), torch.bfloat16) == torch.bfloat16
+    config = build_quantization_config(True, True, compute_dtype=torch.bfloat16, quant_storage=torch.bfloat16)
+    assert config.bnb_4bit_quant_storage == torch.bfloat16
+
+
+# ------------------------------------------------------------------ the layers FSDP shards, per family
+
+
+@pytest.mark.parametrize("preset, language_layer", [("blip2-tiny-opt", "OPTDecoderLayer"), ("blip2-tiny-t5", "T5Block"),
+                                                    ("blip2-opt-2.7b", "OPTDecoderLayer"),
+                                                    ("blip2-flan-t5-xxl", "T5Block")])
+def test_the_units_are_each_towers_layer_class(preset, language_layer):
+    with torch.device("meta"):  # the published sizes, without their memory
+        model = Blip2ForConditionalGeneration._from_config(load_preset_config(preset))
+    assert layer_class_names(model) == ["Blip2EncoderLayer", "Blip2QFormerLayer", language_layer]
+
+
+def test_accelerates_fallback_the_models_no_split_modules_does_not_fit_blip2():
+    """Why models/layers.py exists: if transformers fixes _no_split_modules, this fails and the fallback may do."""
+    from accelerate.utils import FullyShardedDataParallelPlugin
+    from accelerate.utils.fsdp_utils import fsdp2_prepare_auto_wrap_policy
+
+    model, _, _ = build_model("blip2-tiny-opt")
+    plugin = FullyShardedDataParallelPlugin(fsdp_version=2, auto_wrap_policy="TRANSFORMER_BASED_WRAP")
+    with pytest.raises(ValueError, match="Could not find the transformer layer class Blip2TextEmbeddings"):
+        fsdp2_prepare_auto_wrap_policy(plugin, model)
+
+
+def test_t5s_tied_embedding_modules_become_one_module():
+    model, _, _ = build_model("blip2-tiny-t5")
+    language = model.language_model
+    assert language.encoder.embed_tokens is not language.shared  # transformers 5: separate modules, one weight
+    assert share_tied_embeddings(language) == ["encoder.embed_tokens", "decoder.embed_tokens"]
+    assert language.encoder.embed_tokens is language.shared and language.decoder.embed_tokens is language.shared
+    opt, _, _ = build_model("blip2-tiny-opt")
+    assert share_tied_embeddings(opt.language_model) == []
+
+
+def fsdp_trainer(model, **plugin_args):
+    from accelerate.utils import FullyShardedDataParallelPlugin
+
+    plugin = FullyShardedDataParallelPlugin(fsdp_version=2, auto_wrap_policy="TRANSFORMER_BASED_WRAP", **plugin_args)
+    return SimpleNamespace(model=model, accelerator=SimpleNamespace(state=SimpleNamespace(fsdp_plugin=plugin)))
+
+
+def test_configure_fsdp_sets_the_models_units_and_turns_the_kv_cache_off_for_checkpointing(launched):
+    launched("fsdp4.yaml")
+    args = parse_args(["--gradient_checkpointing", "true"])
+    launch = read_launch(args.training)
+    route_checkpointing(args, launch)
+    model, _, _ = build_model("blip2-tiny-t5")
+    trainer = fsdp_trainer(model)
+    configure_fsdp(trainer, launch)
+    plugin = trainer.accelerator.state.fsdp_plugin
+    assert plugin.transformer_cls_names_to_wrap == ["Blip2EncoderLayer", "Blip2QFormerLayer", "T5Block"]
+    assert plugin.activation_checkpointing is True
+    # T5's stacks carry their own copies of the config: every one must stop caching
+    configs = {id(m.config): m.config for m in model.language_model.modules() if hasattr(m, "config")}
+    assert len(configs) >= 3 and all(config.use_cache is False for config in configs.values())
+    assert launch.fsdp["weights_broadcast_from_rank0"] is False  # one process: nothing to compare
+
+
+def test_a_layer_class_the_model_lacks_is_one_message(launched):
+    launched("fsdp4.yaml")
+    launch = read_launch(parse_args([]).training)
+    model, _, _ = build_model("blip2-tiny-opt")
+    with pytest.raises(ConfigError, match="fsdp_transformer_layer_cls_to_wrap: T5Block not in this model, whose "
+                                          "layers are Blip2EncoderLayer, Blip2QFormerLayer, OPTDecoderLayer"):
+        configure_fsdp(fsdp_trainer(model, transformer_cls_names_to_wrap=["T5Block"]), launch)
+
+
+# ------------------------------------------------------------------ every refusal, from its launch
+
+
+LAUNCH_MISTAKES = {
+    "yaml precision": (("ddp4.yaml", "--mixed_precision", "bf16"), {}, [],
+                       "mixed_precision: bf16 in the accelerate config contradicts precision: 32-true"),
+    "fsdp, one process": (("fsdp4.yaml",), {"processes": 1}, [], "FSDP with one process (world size 1) shards nothing"),
+    "fsdp on the cpu": (("fsdp4.yaml",), {"fsdp_on_cpu": False}, ["--use_cpu", "true"],
+                        "FSDP on the CPU: accelerate applies FSDP on GPUs only"),
+    "fsdp1": (("fsdp4.yaml", "--fsdp_version", "1"), {}, [], "fsdp_version: 1: FSDP1 is deprecated"),
+    "fsdp, no wrap": (("fsdp4.yaml", "--fsdp_auto_wrap_policy", "NO_WRAP"), {}, [],
+                      "fsdp_auto_wrap_policy: NO_WRAP makes the whole model one unit"),
+    "fsdp, sharded save": (("fsdp4.yaml", "--fsdp_state_dict_type", "SHARDED_STATE_DICT"), {}, [],
+                           "fsdp_state_dict_type: SHARDED_STATE_DICT saves a distributed checkpoint"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LAUNCH_MISTAKES))
+def test_launch_mistakes_exit_2_before_any_weight_is_loaded(case, launched, tmp_path, monkeypatch, capsys):
+    launch, options, argv, expected = LAUNCH_MISTAKES[case]
+    launched(*launch, **options)
+    monkeypatch.setattr(train, "build_model", lambda *a, **k: pytest.fail("built a model after a launch mistake"))
+    code = train.run(["--output_dir", str(tmp_path / "out"), *argv])
+    err = capsys.readouterr().err
+    assert code == train.EXIT_USER_ERROR and err.startswith("error: ") and expected in err, err
+
+
+def test_a_sharded_save_is_fine_when_nothing_is_saved(launched):
+    launched("fsdp4.yaml", "--fsdp_state_dict_type", "SHARDED_STATE_DICT")
+    assert launch_problems(parse_args(["--save_model", "false"])) == []
+
+
+def test_fsdp_beside_a_deepspeed_config_is_refused(launched):
+    launched("fsdp4.yaml")
+    args = parse_args([])
+    args.training.deepspeed = "ds_configs/zero2_offload.json"  # set after parsing: deepspeed need not be installed
+    assert launch_problems(args) == [
+        "fsdp and deepspeed: ds_configs/zero2_offload.json both shard the model; launch with one of them "
+        "(accelerate_configs/fsdp4.yaml, or a DeepSpeed config with accelerate_configs/single.yaml)"]
+
+
+def test_a_yaml_precision_that_agrees_with_the_recipe_is_fine(launched):
+    launched("ddp4.yaml", "--mixed_precision", "bf16")
+    assert launch_problems(parse_args(["--precision", "bf16-mixed", "--use_cpu", "true"])) == []
+
+
+def test_a_deepspeed_launch_without_deepspeed_installed_names_the_launch_files_config(launched, monkeypatch):
+    launched("zero3_offload4.yaml")
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None if name == "deepspeed" else object())
+    with pytest.raises(ConfigError, match="deepspeed: ds_configs/zero3_offload.json needs the deepspeed package"):
+        parse_args([])
+
+
+def test_a_deepspeed_launch_and_another_file_in_the_recipe_conflict(launched):
+    launched("zero3_offload4.yaml")
+    with pytest.raises(ConfigError, match="deepspeed: ds_configs/zero2_offload.json in the recipe, but the accelerate "
+                                          "config names ds_configs/zero3_offload.json"):
+        launch_deepspeed_words(["--deepspeed", "ds_configs/zero2_offload.json"])
+
+
+def test_a_deepspeed_launch_without_a_file_is_refused(monkeypatch):
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.delenv("ACCELERATE_DEEPSPEED_CONFIG_FILE", raising=False)
+    with pytest.raises(ConfigError, match="distributed_type: DEEPSPEED without a deepspeed_config_file"):
+        launch_deepspeed_words([])
+
+
+def test_every_recipe_still_passes_under_its_own_launch(launched):
+    launched("fsdp4.yaml")
+    for name in ("opt27-bf16-fsdp4", "xxl-bf16-fsdp4"):
+        check_compatible(parse_args([str(ROOT / f"recipes/blip2/{name}.yaml"), "--overwrite_output_dir", "true"]))
