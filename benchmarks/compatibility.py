@@ -1,10 +1,13 @@
 """The compatibility matrix (docs/compatibility.md): every strategy combination, run for two optimizer steps.
 
     python benchmarks/compatibility.py --launch single zero2-offload zero3-offload --out runs/compat.jsonl
-    accelerate launch --cpu --num_processes 2 --config_file accelerate_configs/ddp4.yaml \\
+    accelerate launch --num_processes 2 --config_file accelerate_configs/ddp4.yaml \\
         benchmarks/compatibility.py --launch ddp --out runs/compat.jsonl
-    make compatibility          # the CPU matrix, then docs/compatibility.md
-    bash benchmarks/gpu_compatibility.sh single|multi               # the GPU cells, on the device machine
+    make compatibility                                  # the CPU cells, then docs/compatibility.md
+    bash benchmarks/gpu_compatibility.sh single|multi   # the GPU cells, on the device machine
+
+On a machine without a GPU the cells set use_cpu: true, and 2 processes train over gloo (accelerate launch's own
+--cpu flag would start one process only).
 
 A cell is precision x optimizer x launch x adapter x checkpointing (CELLS below). For each, this asks the
 validator (parse_args + check_compatible, as recipes/train.py does) and then trains the tiny model for two steps
@@ -80,13 +83,13 @@ RAN_KEYS = ("strategy", "optimizer_class", "optimizer_options", "optimizer_wrapp
 STEPS = 2
 # A rank that fails alone leaves the others in a collective; they fail too after this long, instead of 30 minutes.
 COLLECTIVE_TIMEOUT_S = 120
-# Two optimizer steps on 64-px photos; eight examples fill a batch of 2 on each of up to four processes.
+# Two optimizer steps on the tiny model's 64-px photos, batch 2 per process.
 BASE_WORDS = ["--model_name_or_path", "blip2-tiny-opt", "--eval_size", "0", "--max_steps", str(STEPS),
               "--per_device_train_batch_size", "2", "--learning_rate", "1e-4", "--logging_steps", "1",
               "--memory_log_steps", "1", "--dataloader_num_workers", "0", "--disable_tqdm", "true",
               "--num_sample_captions", "0", "--save_model", "false", "--overwrite_output_dir", "true", "--seed", "0",
               "--ddp_timeout", str(COLLECTIVE_TIMEOUT_S)]
-NUM_PHOTOS = 16
+NUM_PHOTOS = 16  # two steps of batch 2 on each of up to four processes
 
 
 @dataclass(frozen=True)
@@ -294,10 +297,11 @@ class Ranks:
             import torch.distributed as dist
 
             if not dist.is_initialized():
-                backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+                # As accelerate would (nccl or gloo, ddp_timeout), but before the first cell, which may fail before
+                # TrainingArguments sets it up; accelerate and DeepSpeed then find it initialised and keep it.
+                backend = "nccl" if torch.cuda.is_available() else "gloo"
                 if torch.cuda.is_available():
                     torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-                # Here, so that every cell shares one process group, and it has COLLECTIVE_TIMEOUT_S.
                 dist.init_process_group(backend=backend, timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
             self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=2 * COLLECTIVE_TIMEOUT_S))
         self.rank = int(os.environ.get("RANK", "0"))
