@@ -1,6 +1,9 @@
 """Print a results file (runs/results.jsonl) as a table: one row per run, plus its step-1 memory breakdown.
 
-    python benchmarks/results_table.py runs/results.jsonl [--markdown]
+    python benchmarks/results_table.py runs/results.jsonl [--markdown] [--scaling]
+
+--scaling prints the multi-GPU view instead (benchmarks/gpu_multi.sh): throughput against the one-GPU run of the
+same model, and every rank's peak memory.
 """
 
 import argparse
@@ -53,6 +56,48 @@ HEADER = ["recipe", "status", "GPUs", "train s", "1st step s", "samples/s", "TFL
           "params", "grads", "optim", "optim(cpu)", "act+other", "alloc", "reserved"]
 
 
+SCALING_HEADER = ["recipe", "status", "GPUs", "strategy", "lr", "train s", "1st step s", "samples/s", "after step 1",
+                  "efficiency", "peak GiB per rank", "comm GiB"]
+
+
+def scaling_rows(records: list[dict]) -> list[list[str]]:
+    """One row per run: samples/s over the whole run and after step 1 (warm-up excluded), and the scaling
+    efficiency, the after-step-1 rate per GPU over that of the last one-GPU run of the same model."""
+    one_gpu = {}
+    for record in records:
+        if record["world_size"] == 1 and record["status"] == "ok":
+            one_gpu[_model(record)] = (record.get("summary") or {}).get("steady_samples_per_s")
+    table = []
+    for record in records:
+        summary = record.get("summary") or {}
+        steady, world = summary.get("steady_samples_per_s"), record["world_size"]
+        baseline = one_gpu.get(_model(record))
+        efficiency = steady / world / baseline if steady and baseline and world > 1 else None
+        peaks = [(s or {}).get("peak_allocated_bytes") for s in record.get("summary_per_rank") or []]
+        table.append([
+            record["recipe"], record["status"], str(world), str(record.get("strategy")),
+            num(record["config"]["training_args"].get("learning_rate"), ".0e"),
+            num(summary.get("train_time_s"), ".1f"), num(summary.get("time_to_first_step_s"), ".1f"),
+            num(summary.get("samples_per_s"), ".1f"), num(steady, ".1f"), num(efficiency, ".0%"),
+            " ".join(gib(peak) for peak in peaks) or "n/a", _comm(record),
+        ])
+    return table
+
+
+def _model(record: dict) -> str | None:
+    return (record["config"].get("model") or {}).get("model_name_or_path")
+
+
+def _comm(record: dict) -> str:
+    """Rank 0's data-parallel buffers: DDP's extra gradient buckets, or FSDP's largest all-gathered unit."""
+    buffers = (record.get("comm_buffers_per_rank") or [None])[0]
+    if not buffers:
+        return "n/a"
+    if buffers["kind"] == "ddp":
+        return f"ddp buckets {gib(buffers['extra_bytes'])}"
+    return f"fsdp unit {gib(buffers['largest_unit_gathered_bytes'])}"
+
+
 def aligned(header: list[str], table: list[list[str]]) -> str:
     """Header and rows as right-aligned columns."""
     widths = [max(len(str(c)) for c in column) for column in zip(header, *table)]
@@ -63,16 +108,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results_file")
     parser.add_argument("--markdown", action="store_true", help="Print a Markdown table for BENCHMARKS.md.")
+    parser.add_argument("--scaling", action="store_true", help="Throughput against one GPU, peak memory per rank.")
     args = parser.parse_args()
-    table = rows(read_records(args.results_file))
+    records = read_records(args.results_file)
+    header, table = (SCALING_HEADER, scaling_rows(records)) if args.scaling else (HEADER, rows(records))
     if args.markdown:
-        print("| " + " | ".join(HEADER) + " |")
-        print("|" + "---|" * len(HEADER))
+        print("| " + " | ".join(header) + " |")
+        print("|" + "---|" * len(header))
         for row in table:
             print("| " + " | ".join(row) + " |")
         return
-    print(aligned(HEADER, table))
-    print("memory columns: GiB on rank 0 after the optimizer step of step 1; act+other is a residual (alloc - the rest)")
+    print(aligned(header, table))
+    if args.scaling:
+        print("efficiency: samples/s per GPU after step 1, over the one-GPU run's; peak: CUDA peak allocated per rank")
+    else:
+        print("memory columns: GiB on rank 0 after the optimizer step of step 1; act+other is a residual "
+              "(alloc - the rest)")
 
 
 if __name__ == "__main__":

@@ -5,10 +5,11 @@
 
 Each rank runs the real `recipes.train.run`, then writes <dump folder>/rank<N>.pt: its exit code, its parameters
 before and after training (a DTensor by its local shard) and the labels (captions) of every training forward.
-With ALTSCALE_FSDP_ON_CPU=1 it first lifts accelerate 1.15's one restriction that keeps FSDP off the CPU
-(AcceleratorState enables FSDP for accelerator backends only), doing on MULTI_CPU exactly what that branch does
-on MULTI_GPU, so accelerate's real FSDP2 path (fully_shard, activation checkpointing, full state dict) runs over
-gloo; recipes/launch.py's refusal of FSDP on the CPU, which exists because of that restriction, is lifted with it.
+With ALTSCALE_FAIL_RANK=<rank> that rank raises as step 1 begins. With ALTSCALE_FSDP_ON_CPU=1 it first lifts
+accelerate 1.15's one restriction that keeps FSDP off the CPU (AcceleratorState enables FSDP for accelerator
+backends only), doing on MULTI_CPU exactly what that branch does on MULTI_GPU, so accelerate's real FSDP2 path
+(fully_shard, activation checkpointing, full state dict) runs over gloo; recipes/launch.py's refusal of FSDP on
+the CPU, which exists because of that restriction, is lifted with it.
 """
 
 import os
@@ -16,6 +17,7 @@ import sys
 from pathlib import Path
 
 import torch
+from transformers import TrainerCallback
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -41,6 +43,17 @@ def allow_fsdp_on_cpu() -> None:
     recipes.launch.ACCELERATE_FSDP_ON_CPU = True
 
 
+class FailOnRank(TrainerCallback):
+    """Raises on one rank as step 1 begins, as an OOM on one GPU would: the other rank is left in its collectives."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if args.process_index == self.rank and state.global_step == 1:
+            raise RuntimeError(f"injected failure on rank {self.rank}")
+
+
 def local(tensor: torch.Tensor) -> torch.Tensor:
     tensor = tensor.detach()
     return (tensor.to_local() if hasattr(tensor, "to_local") else tensor).clone().cpu()
@@ -58,6 +71,8 @@ def main() -> int:
     def capture(*args, **kwargs):
         trainer = build_trainer(*args, **kwargs)
         seen["trainer"] = trainer
+        if "ALTSCALE_FAIL_RANK" in os.environ:
+            trainer.add_callback(FailOnRank(int(os.environ["ALTSCALE_FAIL_RANK"])))
         seen["before"] = {name: local(p) for name, p in trainer.model.named_parameters()}
         seen["batches"] = []  # what each rank's forward passes saw: evidence that the ranks trained on different data
         trainer.model.register_forward_pre_hook(

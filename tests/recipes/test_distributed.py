@@ -154,3 +154,17 @@ def test_the_two_machine_config_runs_as_two_machines_of_one_process(photos, tmp_
     assert (record["status"], record["world_size"], record["ranks_recorded"]) == ("ok", 2, [0, 1])
     rank0, rank1 = ranks(tmp_path)
     assert all(torch.equal(rank0["after"][n], rank1["after"][n]) for n in rank0["after"])
+
+
+def test_a_rank_that_fails_records_it_and_the_launch_ends_instead_of_hanging(photos, tmp_path):
+    """Rank 1 fails mid-run while rank 0 waits in the step's gradient all-reduce. A record that gathered from
+    every rank would wait there for the process group's 30-minute timeout; the failing rank writes its own."""
+    words = train_words(photos, tmp_path, "--max_steps", "4")
+    process = launch("ddp4.yaml", tmp_path, words, "--main_process_port", str(free_port()),
+                     env={"ALTSCALE_FAIL_RANK": "1"})
+    out, _ = process.communicate(timeout=180)
+    assert process.returncode != 0
+    records = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    failed = next(r for r in records if r["ranks_recorded"] == [1])
+    assert failed["status"] == "error" and "injected failure on rank 1" in failed["error"]
+    assert {s["rank"] for s in failed["snapshots"]} == {1} and failed["last_phase"]["step"] == 1

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Issue 8 on one machine with 4 GPUs (4x H200, 512 GiB of host memory), in one command of at most 10 minutes:
+#   1 opt27-bf16-1gpu          blip2-opt-2.7b, bf16-true, AdamW, batch 16 x 4, lr 2e-5, 4 epochs (2,048 samples), 1 GPU
+#   2 opt27-bf16-ddp4          the same, DDP over 4 GPUs; lr 8e-5 by lr_scaling (global batch 256)
+#   3 opt27-bf16-fsdp4         the same, FSDP2 full shard over 4 GPUs; rank 0 saves the full model at the end
+#   4 xxl-bf16-fsdp4           blip2-flan-t5-xxl, bf16 AdamW, 32 x 2 per GPU, FSDP + its activation checkpointing
+#   5 xxl-bf16-zero3-offload4  the same under DeepSpeed ZeRO-3, parameters and optimizer in pinned CPU memory
+# then one table (benchmarks/results_table.py --scaling): time, samples/s, scaling efficiency against run 1, peak
+# memory of every rank. Overrides of the recipes, on the command lines below: 1-3 run whole and only 3 saves the
+# model; 4 and 5 stop after --max_steps 3 (past step 1, where memory is at its steady state) and save nothing.
+#   bash benchmarks/gpu_multi.sh        (on the device machine; carry .whl: datasets, deepspeed; output under $OUT)
+# A failed run does not stop the others: accelerate launch turns any exit code into 1, so each run's status is read
+# from $OUT/results.jsonl, and each run has a time limit, cut further so that the table always gets printed.
+set -uo pipefail
+source "$(dirname "$0")/device_env.sh"
+DEADLINE=${DEADLINE:-570}  # seconds after this script starts; the device machine stops a command at 600
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+free -g | head -2 | tee -a "$OUT/gpu.txt"
+python3 -c "import torch, transformers, accelerate; print('torch', torch.__version__, 'transformers', transformers.__version__, 'accelerate', accelerate.__version__)" | tee -a "$OUT/gpu.txt"
+echo "NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-unset}" | tee -a "$OUT/gpu.txt"
+[ -f data/synthetic_food-224/dataset_dict.json ] || python3 -m data.synthetic --out data/synthetic_food-224 --size 224 --num-train 512 --num-test 64 > "$OUT/data.log" 2>&1
+# DeepSpeed compiles its CPU Adam on first use (about a minute of CPU): build it now, while runs 1-4 use the GPUs.
+python3 -c "from deepspeed.ops.op_builder import CPUAdamBuilder; CPUAdamBuilder().load()" > "$OUT/cpu_adam_build.log" 2>&1 &
+cpu_adam=$!
+
+run() {  # run NAME CONFIG LIMIT_S [train.py overrides...]
+  local name=$1 config=$2 limit=$3; shift 3
+  local left=$((DEADLINE - SECONDS - 15))
+  [ "$left" -lt "$limit" ] && limit=$left
+  if [ "$limit" -lt 30 ]; then echo "$name: skipped, ${left}s left"; return; fi
+  echo "=== $name (accelerate_configs/$config, limit ${limit}s, at ${SECONDS}s)"
+  timeout -k 15 "$limit" accelerate launch --config_file "accelerate_configs/$config" recipes/train.py \
+    "recipes/blip2/$name.yaml" --results_file "$OUT/results.jsonl" --output_dir "/tmp/$name" \
+    --overwrite_output_dir true "$@" > "$OUT/$name.log" 2>&1
+  echo "$name: exit $? after ${SECONDS}s"
+  grep -E "^(train |learning_rate:|gradient_checkpointing:|error)" "$OUT/$name.log" | head -4
+}
+
+run opt27-bf16-1gpu single.yaml 110 --save_model false
+run opt27-bf16-ddp4 ddp4.yaml 90 --save_model false
+run opt27-bf16-fsdp4 fsdp4.yaml 110
+ls -l /tmp/opt27-bf16-fsdp4/*.safetensors 2>/dev/null | tee -a "$OUT/gpu.txt"
+run xxl-bf16-fsdp4 fsdp4.yaml 110 --max_steps 3 --save_model false
+wait "$cpu_adam"; echo "cpu_adam build: exit $? at ${SECONDS}s"
+# DeepSpeedCPUAdam steps with OpenMP; torchrun would give each of the 4 ranks one thread of the 64 cores.
+OMP_NUM_THREADS=12 run xxl-bf16-zero3-offload4 zero3_offload4.yaml 160 --max_steps 3 --save_model false
+python3 benchmarks/results_table.py "$OUT/results.jsonl" --scaling | tee "$OUT/table.txt"
