@@ -168,3 +168,17 @@ def test_a_rank_that_fails_records_it_and_the_launch_ends_instead_of_hanging(pho
     failed = next(r for r in records if r["ranks_recorded"] == [1])
     assert failed["status"] == "error" and "injected failure on rank 1" in failed["error"]
     assert {s["rank"] for s in failed["snapshots"]} == {1} and failed["last_phase"]["step"] == 1
+
+
+def test_qlora_under_fsdp_shards_the_4bit_weights_too(photos, tmp_path):
+    """bitsandbytes 0.50 has CPU 4-bit kernels. With its default uint8 storage accelerate leaves every 4-bit
+    weight whole on every rank ("Excluding from FSDP2 sharding"); stored in bf16 (recipes/launch.py
+    quant_storage) they are sharded like the rest."""
+    words = train_words(photos, tmp_path, "--use_peft", "true", "--load_in_4bit", "true", "--precision", "bf16-true",
+                        "--save_model", "false")
+    finish(launch("fsdp4.yaml", tmp_path, words, "--main_process_port", str(free_port()),
+                  env={"ALTSCALE_FSDP_ON_CPU": "1"}))
+    effective = the_record(tmp_path)["effective_config"]
+    assert "torch.bfloat16" in effective["param_dtypes"] and "torch.uint8" not in effective["param_dtypes"]
+    assert list(effective["param_devices"]) == ["cpu (DTensor sharded over 2 ranks)"]
+    assert 0 < effective["trainable_params"] < effective["frozen_params"]  # LoRA adapters only
