@@ -11,6 +11,7 @@ the built model (`configure_fsdp`). What was read and done goes into the run rec
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -111,7 +112,27 @@ def launch_problems(args) -> list[str]:
         )
     if launch.fsdp is not None:
         problems += fsdp_problems(args, launch)
+    problems += rank0_generation_problems(args, launch)
     return problems
+
+
+def rank0_generation_problems(args, launch: Launch) -> list[str]:
+    """Captions written by rank 0 alone (after training, and at each evaluation) need the whole model on rank 0.
+
+    Under FSDP or ZeRO-3 every forward all-gathers from every rank, so rank 0 would wait for ranks that have moved
+    on (on the CPU test, FSDP's gather fails once rank 1 exits; over NCCL it waits for the collective timeout).
+    """
+    sharded = "FSDP" if launch.fsdp is not None else "ZeRO-3" if _zero_stage(launch.deepspeed) == 3 else None
+    asked = {key: getattr(args.strategy, key) for key in ("num_sample_captions", "caption_metrics_samples")}
+    return [f"{key}: {value} under {sharded}: rank 0 writes these captions alone, but a sharded model needs every "
+            f"rank in each forward; set {key}: 0 and caption the saved model with recipes/generate.py"
+            for key, value in asked.items() if sharded and value]
+
+
+def _zero_stage(path: str | None) -> int | None:
+    if not path or not Path(path).is_file():
+        return None  # deepspeed_problems names a missing file
+    return json.loads(Path(path).read_text()).get("zero_optimization", {}).get("stage")
 
 
 def fsdp_problems(args, launch: Launch) -> list[str]:
@@ -169,10 +190,10 @@ def _last_value(words: list[str], flag: str) -> str | None:
 def route_checkpointing(args, launch: Launch) -> dict:
     """Under FSDP, `gradient_checkpointing: true` becomes FSDP's activation checkpointing. Returns the report.
 
-    transformers' checkpointing re-runs each layer inside its own backward, where FSDP has already resharded the
-    layer, so every recomputation all-gathers it a second time (transformers warns, issue #30404), and the Trainer
-    refuses both switched on at once. FSDP's own checkpoint wrapper runs inside the gathered unit. The recipe keeps
-    its one key; the switch happens here, and the run record shows asked and used.
+    transformers' checkpointing under FSDP "introduces a redundant AllGather in the backward pass" (its own warning,
+    transformers issue #30404), and the Trainer refuses it beside fsdp_activation_checkpointing. FSDP's checkpoint
+    wrapper recomputes each layer inside its gathered unit. The recipe keeps its one key; the switch happens here,
+    and the run record shows asked and used.
     """
     training = args.training
     if launch.fsdp is None or not training.gradient_checkpointing:
@@ -187,10 +208,10 @@ def route_checkpointing(args, launch: Launch) -> dict:
 
 
 def quant_storage(launch: Launch, dtype: torch.dtype) -> torch.dtype:
-    """Storage dtype of QLoRA's packed 4-bit weights: under FSDP, the dtype of the model's other weights.
+    """Storage dtype of QLoRA's packed 4-bit weights: under FSDP, the model's dtype (bf16 under bf16-true).
 
-    FSDP2 shards only floating-point parameters, all of one dtype per unit; bitsandbytes' default uint8 storage
-    would leave every 4-bit weight unsharded on every GPU (accelerate excludes them from fully_shard).
+    FSDP2 shards floating-point parameters only: with bitsandbytes' default uint8 storage, accelerate leaves every
+    4-bit weight out of fully_shard, whole on every GPU (tests/recipes/test_distributed.py checks the bf16 case).
     """
     return dtype if launch.fsdp is not None else torch.uint8
 
@@ -239,7 +260,7 @@ def share_tied_embeddings(language_model) -> list[str]:
     transformers 5 gives T5's encoder and decoder their own embed_tokens modules tied to `shared` by weight.
     accelerate puts `shared` and the tied LM head in one FSDP unit and the stacks' embed_tokens in the root unit:
     one parameter in two units, which torch 2.13 refuses ("shared with a parameter already managed by another FSDP
-    group") and older torch would shard twice, untied. One module, seen from three places, has one unit.
+    group"). One module, seen from three places, is in one unit only.
     OPT has a single embed_tokens: nothing changes.
     """
     embedding = language_model.get_input_embeddings()

@@ -262,6 +262,10 @@ LAUNCH_MISTAKES = {
                       "fsdp_auto_wrap_policy: NO_WRAP makes the whole model one unit"),
     "fsdp, sharded save": (("fsdp4.yaml", "--fsdp_state_dict_type", "SHARDED_STATE_DICT"), {}, [],
                            "fsdp_state_dict_type: SHARDED_STATE_DICT saves a distributed checkpoint"),
+    "fsdp, rank-0 captions": (("fsdp4.yaml",), {}, ["--num_sample_captions", "8"],
+                              "num_sample_captions: 8 under FSDP: rank 0 writes these captions alone"),
+    "fsdp, caption metrics": (("fsdp4.yaml",), {}, ["--num_sample_captions", "0", "--caption_metrics_samples", "4"],
+                              "caption_metrics_samples: 4 under FSDP: rank 0 writes these captions alone"),
 }
 
 
@@ -270,19 +274,19 @@ def test_launch_mistakes_exit_2_before_any_weight_is_loaded(case, launched, tmp_
     launch, options, argv, expected = LAUNCH_MISTAKES[case]
     launched(*launch, **options)
     monkeypatch.setattr(train, "build_model", lambda *a, **k: pytest.fail("built a model after a launch mistake"))
-    code = train.run(["--output_dir", str(tmp_path / "out"), *argv])
+    code = train.run(["--output_dir", str(tmp_path / "out"), "--num_sample_captions", "0", *argv])
     err = capsys.readouterr().err
     assert code == train.EXIT_USER_ERROR and err.startswith("error: ") and expected in err, err
 
 
 def test_a_sharded_save_is_fine_when_nothing_is_saved(launched):
     launched("fsdp4.yaml", "--fsdp_state_dict_type", "SHARDED_STATE_DICT")
-    assert launch_problems(parse_args(["--save_model", "false"])) == []
+    assert launch_problems(parse_args(["--save_model", "false", "--num_sample_captions", "0"])) == []
 
 
 def test_fsdp_beside_a_deepspeed_config_is_refused(launched):
     launched("fsdp4.yaml")
-    args = parse_args([])
+    args = parse_args(["--num_sample_captions", "0"])
     args.training.deepspeed = "ds_configs/zero2_offload.json"  # set after parsing: deepspeed need not be installed
     assert launch_problems(args) == [
         "fsdp and deepspeed: ds_configs/zero2_offload.json both shard the model; launch with one of them "
@@ -319,3 +323,11 @@ def test_every_recipe_still_passes_under_its_own_launch(launched):
     launched("fsdp4.yaml")
     for name in ("opt27-bf16-fsdp4", "xxl-bf16-fsdp4"):
         check_compatible(parse_args([str(ROOT / f"recipes/blip2/{name}.yaml"), "--overwrite_output_dir", "true"]))
+
+
+def test_under_zero3_rank0_captions_are_refused_too():
+    args = parse_args([])
+    args.training.deepspeed = "ds_configs/zero3_offload.json"  # set after parsing: deepspeed need not be installed
+    assert [p.split(":")[0] for p in launch_problems(args)] == ["num_sample_captions"]  # its default is 8
+    args.training.deepspeed = "ds_configs/zero2_offload.json"  # ZeRO-2 keeps every weight on every rank
+    assert launch_problems(args) == []
