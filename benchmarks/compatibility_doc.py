@@ -114,14 +114,17 @@ def header(lines: dict, paths: list[Path]) -> list[str]:
         "does before loading a weight), then trained with the validator switched off, so a refusal is shown beside "
         "the error it spares you:",
         "",
-        "- **works**: two optimizer steps, finite losses, and the optimizer that stepped is the one asked for.",
-        "- **R*n***: refused by the validator with message R*n* (below), and the run without the validator failed too.",
-        "- ***F*n*** (bold): the validator let it through and the run failed: a gap in the validator.",
-        "- ***W*n*** (bold): refused, yet the run without the validator worked: the validator is too strict.",
+        "- works: two optimizer steps, finite losses, and the launch and the optimizer that ran are the ones "
+        "asked for.",
+        "- R1, R2, …: refused by the validator with that message (listed below), and the run without the validator "
+        "failed too.",
+        "- **F1**, … (bold): the validator let it through and the run failed: a gap in the validator.",
+        "- **W1**, … (bold): refused, yet the run without the validator worked: the validator is too strict.",
         "- not run yet: the machine this cell is planned on has not recorded it.",
         "",
-        "A run \"fails\" when it raises, logs a non-finite loss, or steps another optimizer than the one asked for "
-        "(DeepSpeed would replace it without a word). `tests/benchmarks/test_compatibility.py` holds the validator "
+        "A run \"fails\" when it raises, logs a non-finite loss, or trains under another launch or steps another "
+        "optimizer than the one asked for (accelerate runs FSDP as DDP on the CPU, DeepSpeed replaces `optim`, both "
+        "without a word). `tests/benchmarks/test_compatibility.py` holds the validator "
         "to these results: it refuses exactly the cells marked R, and a change to it that would refuse a working "
         "cell, or let a failing one through, fails the tests.",
         "",
