@@ -135,6 +135,10 @@ PLAN = {
     ("cuda", 1): ("single", "zero2-offload", "zero3-offload"),
     ("cuda", 2): ("ddp", "fsdp", "zero2-offload", "zero3-offload"),
 }
+# The one pairing of a launch that takes either process count with a machine that does not run it, and why.
+NOT_PLANNED = {("cpu", 2, launch): "the CPU machine has no deepspeed: its one-process cells are refused for that "
+               "before any launch matters, and two processes would be refused the same way"
+               for launch in DEEPSPEED_CONFIGS}
 
 
 # --- one cell -----------------------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.compatibility import (  # noqa: E402
-    ADAPTERS, CHECKPOINTING, DEEPSPEED_CONFIGS, LAUNCHES, OPTIMIZERS, PLAN, PRECISIONS, Cell, cells_for, status_of)
+    ADAPTERS, CHECKPOINTING, DEEPSPEED_CONFIGS, LAUNCHES, NOT_PLANNED, OPTIMIZERS, PLAN, PRECISIONS, Cell, cells_for,
+    status_of)
 from callbacks.results import read_records  # noqa: E402
 
 RESULTS_GLOB = "benchmarks/results/*-compatibility*.jsonl"
@@ -79,7 +80,8 @@ def reason_of(line: dict) -> str:
 
 
 def first_line(text: str | None, limit: int = 300) -> str:
-    text = (text or "").strip().splitlines()[0] if text else ""
+    lines = (text or "").strip().splitlines()
+    text = lines[0] if lines else ""
     return text if len(text) <= limit else text[:limit] + " …"
 
 
@@ -137,17 +139,11 @@ def shown(path: Path) -> str:
 
 
 def axes() -> list[str]:
-    base = Cell("32-true", "sgd", "single", "full", False)
-
-    def keys(cell: Cell) -> str:
-        words = cell.words()
-        pairs = [f"`{words[i][2:]}: {words[i + 1]}`" for i in range(0, len(words), 2)]
-        return ", ".join(pair for pair in pairs if pair not in keys_of(base) or cell == base) or "(none)"
-
-    def keys_of(cell: Cell) -> list[str]:
+    def keys(cell: Cell) -> list[str]:
         words = cell.words()
         return [f"`{words[i][2:]}: {words[i + 1]}`" for i in range(0, len(words), 2)]
 
+    full = keys(Cell("32-true", "sgd", "single", "full", False))
     rows = ["## The axes", "", "| axis | value | recipe keys |", "| --- | --- | --- |"]
     rows += [f"| precision | {p} | `precision: {p}` |" for p in PRECISIONS]
     for optim in OPTIMIZERS:
@@ -158,8 +154,8 @@ def axes() -> list[str]:
             rows.append(f"| optimizer | {optim} | `optim: {optim}` |")
     rows += [f"| launch | {launch} | {LAUNCH_NOTES[launch]} |" for launch in LAUNCHES]
     for adapter in ADAPTERS:
-        cell = Cell("32-true", "sgd", "single", adapter, False)
-        rows.append(f"| adapter | {ADAPTER_NAMES[adapter]} | {keys(cell) if adapter != 'full' else '(none)'} |")
+        added = [key for key in keys(Cell("32-true", "sgd", "single", adapter, False)) if key not in full]
+        rows.append(f"| adapter | {ADAPTER_NAMES[adapter]} | {', '.join(added) or '(none)'} |")
     rows += ["| checkpointing | ckpt | `gradient_checkpointing: true` (off: `false`) |", ""]
     rows += ["Every cell also sets `model_name_or_path: blip2-tiny-opt`, `max_steps: 2`, "
              "`per_device_train_batch_size: 2`, `eval_size: 0`, `save_model: false` (and `use_cpu: true` on the "
@@ -222,9 +218,11 @@ def launch_tables(lines: dict, codes: dict) -> list[str]:
     for launch in LAUNCHES:
         rows += [f"## {launch}", "", LAUNCH_NOTES[launch][0].upper() + LAUNCH_NOTES[launch][1:] + ".", ""]
         for (platform, processes), launches in PLAN.items():
+            title = f"{PLATFORM_NAMES[platform]}, {processes} process{'es' if processes > 1 else ''}"
+            if (platform, processes, launch) in NOT_PLANNED:
+                rows += [f"**{title}**: not planned: {NOT_PLANNED[(platform, processes, launch)]}.", ""]
             if launch not in launches:
                 continue
-            title = f"{PLATFORM_NAMES[platform]}, {processes} process{'es' if processes > 1 else ''}"
             table = {(cell.precision, cell.optimizer, cell.adapter, cell.checkpointing):
                      entry(lines.get((platform, processes, cell.key)), codes) for cell in cells_for(launch)}
             if len(set(table.values())) == 1:
