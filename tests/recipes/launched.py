@@ -33,9 +33,11 @@ def allow_fsdp_on_cpu() -> None:
     def init(self, *args, fsdp_plugin=None, **kwargs):
         original(self, *args, fsdp_plugin=fsdp_plugin, **kwargs)
         if fsdp_plugin is not None and self.distributed_type == DistributedType.MULTI_CPU:
-            # As accelerate/state.py does for MULTI_GPU: FSDP type, the plugin, and the same type in PartialState
-            # (AcceleratorState copies PartialState's fields back on every later construction).
+            # As accelerate/state.py does for MULTI_GPU: FSDP type, the precision policy, the plugin, and the same
+            # type in PartialState (AcceleratorState copies PartialState's fields back on every later construction).
             self.distributed_type = DistributedType.FSDP
+            if self._mixed_precision != "no":
+                fsdp_plugin.set_mixed_precision(self._mixed_precision)
             self.fsdp_plugin = fsdp_plugin
             PartialState._shared_state["distributed_type"] = DistributedType.FSDP
 

@@ -70,8 +70,10 @@ def the_record(tmp_path: Path) -> dict:
 
 
 def test_ddp_both_ranks_train_on_their_own_data_and_end_with_the_same_weights(photos, tmp_path):
+    # ddp_find_unused_parameters: false as in recipes/blip2/opt27-bf16-ddp4.yaml: DDP then fails at the second step
+    # if any parameter went without a gradient in the first
     words = train_words(photos, tmp_path, "--learning_rate", "1e-4", "--lr_scaling", "linear",
-                        "--lr_reference_batch_size", "4")
+                        "--lr_reference_batch_size", "4", "--ddp_find_unused_parameters", "false")
     out = finish(launch("ddp4.yaml", tmp_path, words, "--main_process_port", str(free_port())))
     rank0, rank1 = ranks(tmp_path)
     assert rank0["code"] == rank1["code"] == 0
@@ -98,11 +100,12 @@ def test_ddp_both_ranks_train_on_their_own_data_and_end_with_the_same_weights(ph
         assert buffers["kind"] == "ddp" and buffers["bucket_bytes"] == buffers["extra_bytes"] == trainable_bytes
 
 
-@pytest.mark.parametrize("preset, language_layer, units", [("blip2-tiny-opt", "OPTDecoderLayer", 8),
-                                                           ("blip2-tiny-t5", "T5Block", 10)])
-def test_fsdp_shards_each_towers_layers_checkpoints_them_and_saves_the_full_model(photos, tmp_path, preset,
+@pytest.mark.parametrize("preset, precision, language_layer, units", [
+    ("blip2-tiny-opt", "32-true", "OPTDecoderLayer", 8), ("blip2-tiny-t5", "bf16-true", "T5Block", 10)])
+def test_fsdp_shards_each_towers_layers_checkpoints_them_and_saves_the_full_model(photos, tmp_path, preset, precision,
                                                                                   language_layer, units):
-    words = train_words(photos, tmp_path, "--model_name_or_path", preset, "--gradient_checkpointing", "true")
+    words = train_words(photos, tmp_path, "--model_name_or_path", preset, "--precision", precision,
+                        "--gradient_checkpointing", "true")
     # launched.py lifts accelerate's GPU-only FSDP switch, so accelerate's real FSDP2 path runs over gloo
     out = finish(launch("fsdp4.yaml", tmp_path, words, "--main_process_port", str(free_port()),
                         env={"ALTSCALE_FSDP_ON_CPU": "1"}))
@@ -119,6 +122,10 @@ def test_fsdp_shards_each_towers_layers_checkpoints_them_and_saves_the_full_mode
     assert out.count("using FSDP's activation checkpointing") == 1
     effective = record["effective_config"]
     assert effective["gradient_checkpointing"] is False and effective["checkpoint_wrapped_layers"] == units - 2
+    # bf16-true stays bf16 (the launch file's mixed_precision 'no' keeps accelerate from upcasting to fp32)
+    dtype = {"32-true": "torch.float32", "bf16-true": "torch.bfloat16"}[precision]
+    assert list(effective["param_dtypes"]) == [dtype] and list(effective["grad_dtypes"]) == [dtype]
+    assert {state.split(": ")[1] for state in effective["optimizer_state_dtypes"]} == {dtype}
 
     # Each rank holds about half of every parameter: counted by its local shard (plus FSDP's dim-0 padding).
     full = {name.replace(WRAPPED, ""): torch.cat([rank0["after"][name], rank1["after"][name]])
