@@ -6,8 +6,9 @@
 #   4 xxl-bf16-fsdp4           blip2-flan-t5-xxl, bf16 AdamW, 32 x 2 per GPU, FSDP + its activation checkpointing
 #   5 xxl-bf16-zero3-offload4  the same under DeepSpeed ZeRO-3, parameters and optimizer in pinned CPU memory
 # then two tables (benchmarks/results_table.py): rank 0's memory breakdown at step 1, and --scaling: time,
-# samples/s, scaling efficiency against run 1, peak memory of every rank. Overrides of the recipes, on the command lines below: 1-3 run whole and only 3 saves the
-# model; 4 and 5 stop after --max_steps 3 (past step 1, where memory is at its steady state) and save nothing.
+# samples/s, scaling efficiency against run 1, peak memory of every rank. Overrides of the recipes, on the command
+# lines below: 1-3 run whole and only 3 saves the model; 4 and 5 stop after --max_steps 3 (past step 1, where
+# memory is at its steady state) and save nothing.
 #   bash benchmarks/gpu_multi.sh        (on the device machine; carry .whl: datasets, deepspeed; output under $OUT)
 # A failed run does not stop the others: accelerate launch turns any exit code into 1, so each run's status is read
 # from $OUT/results.jsonl, and each run has a time limit, cut further so that the table always gets printed.
