@@ -74,10 +74,10 @@ def replay(line: dict, work: Path) -> dict:
                 check_deepspeed_installed(words)
             args = parse_args(parse_words)
             args.training.deepspeed = deepspeed
+            for flag in precision_flags(args.strategy.precision, args.training):  # DeepSpeed's bf16 mode
+                setattr(args.training, flag, True)
             if on_gpu:
                 args.training.use_cpu = False
-            for flag in precision_flags(args.strategy.precision, args.training):
-                setattr(args.training, flag, True)
             with mock.patch.object(TrainingArguments, "world_size", property(lambda self: line["processes"])), \
                     mock.patch("torch.cuda.is_available", lambda: on_gpu), \
                     mock.patch("torch.cuda.is_bf16_supported", lambda *a, **k: bool(line.get("bf16_supported"))), \
@@ -223,3 +223,24 @@ def test_a_planned_cell_without_a_line_reads_not_run_yet(tmp_path):
     page = doc.render([path])
     assert "**GPU (CUDA), 1 process**: all 90 cells: not run yet." in page
     assert f"| CPU | {line['processes']} | 1 | 0 | 0 | 0 |" in page  # one works, the rest of the plan not run yet
+
+
+def test_a_gpu_line_replays_with_the_gpu_facts(tmp_path):
+    """Before any GPU line is committed: the replay gives a GPU cell the GPU's verdict, not this CPU's."""
+    line = {**LINES[0], "platform": "cuda", "processes": 1, "device": "NVIDIA H100 80GB HBM3", "bf16_supported": True,
+            "versions": {**LINES[0]["versions"], "deepspeed": "0.19.8"}, "launch_env": {}}
+
+    def verdict_for(cell, **changes):
+        return replay({**line, "key": cell.key, "words": cell.words(), **changes}, tmp_path)
+
+    assert not verdict_for(matrix.Cell("bf16-mixed", "adamw_torch_fused", "single", "qlora", True))["refused"]
+    zero3 = {"launch_env": {"ACCELERATE_USE_DEEPSPEED": "true",
+                            "ACCELERATE_DEEPSPEED_CONFIG_FILE": "ds_configs/zero3_offload.json"}}
+    assert not verdict_for(matrix.Cell("bf16-true", "deepspeed_cpu_adam", "zero3-offload", "lora", False), **zero3)[
+        "refused"]
+    qlora = verdict_for(matrix.Cell("bf16-true", "deepspeed_cpu_adam", "zero3-offload", "qlora", False), **zero3)
+    assert qlora["message"].startswith("load_in_4bit with DeepSpeed ZeRO-3")
+    sgd = verdict_for(matrix.Cell("32-true", "sgd", "zero2-offload", "full", False), processes=2)
+    assert sgd["message"].startswith("optim: sgd is ignored under deepspeed")
+    old_gpu = verdict_for(matrix.Cell("bf16-true", "sgd", "single", "full", False), bf16_supported=False)
+    assert "needs bf16, which this GPU (NVIDIA H100 80GB HBM3) lacks" in old_gpu["message"]
