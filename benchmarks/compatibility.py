@@ -399,13 +399,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.resume:
         done = done_keys(Path(args.out), setup)
         killed = marker.read_text().strip() if marker.is_file() else None
-        if killed and killed not in done and ranks.rank == 0:
-            cell = next(cell for cell in cells if cell.key == killed)
-            write(cell, {"verdict": verdict([*base_words, *cell.words()]), "outcome": {
-                "status": "failed", "seconds": None, "origin": None,
-                "error": "the launch died during this cell (killed, or a collective hung past "
-                         f"{COLLECTIVE_TIMEOUT_S} s); its log ends: " + log_tail(group_work, cell)}})
-            done.add(killed)
+        cell = next((cell for cell in cells if cell.key == killed and killed not in done), None)
+        if cell is not None:  # on every rank, so that all skip it and stay in step
+            said = verdict([*base_words, *cell.words()])
+            if ranks.rank == 0:
+                write(cell, {"verdict": said, "outcome": {
+                    "status": "failed", "seconds": None, "origin": None,
+                    "error": "the launch died during this cell (killed, or a collective hung past "
+                             f"{COLLECTIVE_TIMEOUT_S} s); its log ends: " + log_tail(group_work, cell)}})
+            done.add(cell.key)
         cells = [cell for cell in cells if cell.key not in done]
     for number, cell in enumerate(cells, 1):
         if ranks.rank == 0:
