@@ -89,6 +89,7 @@ BASE_WORDS = ["--model_name_or_path", "blip2-tiny-opt", "--eval_size", "0", "--m
               "--memory_log_steps", "1", "--dataloader_num_workers", "0", "--disable_tqdm", "true",
               "--num_sample_captions", "0", "--save_model", "false", "--overwrite_output_dir", "true", "--seed", "0",
               "--ddp_timeout", str(COLLECTIVE_TIMEOUT_S)]
+EXIT_RESTART = 75  # the process group broke: launch again with --resume (the Makefile and the GPU script do)
 NUM_PHOTOS = 16  # two steps of batch 2 on each of up to four processes
 
 
@@ -325,14 +326,31 @@ class Ranks:
 
             dist.barrier(group=self.group)
 
+    def healthy(self) -> bool:
+        """Whether training's process group still works on every rank. After a collective timed out, gloo closes
+        its connections and every later cell would fail the same way (NCCL kills the process itself)."""
+        if self.group is None:
+            return True
+        import torch.distributed as dist
+
+        try:
+            dist.all_reduce(torch.ones(1, device="cuda" if torch.cuda.is_available() else "cpu"))
+            ok = True
+        except Exception:  # noqa: BLE001  (any failure of the probe means the group is unusable)
+            ok = False
+        return all(value["ok"] for value in self.gather({"ok": ok}))
+
 
 def merge_ranks(per_rank: list[dict]) -> dict:
-    """One line per cell: rank 0's result, failed if any rank failed (with that rank's error)."""
+    """One line per cell: rank 0's result; failed if any rank failed, with every distinct error, the ranks that
+    only timed out waiting for the one that failed first listed last (theirs is the symptom, not the cause)."""
     merged = dict(per_rank[0])
-    failed = [(rank, r) for rank, r in enumerate(per_rank) if r["outcome"]["status"] != "works"]
-    if failed and merged["outcome"]["status"] == "works":
-        rank, result = failed[0]
-        merged["outcome"] = {**result["outcome"], "error": f"rank {rank}: {result['outcome']['error']}"}
+    failed = [(rank, r["outcome"]) for rank, r in enumerate(per_rank) if r["outcome"]["status"] != "works"]
+    errors = {outcome["error"] for _, outcome in failed}
+    if len(errors) > 1 or (failed and merged["outcome"]["status"] == "works"):
+        failed.sort(key=lambda item: "timed out" in str(item[1]["error"]).lower())
+        merged["outcome"] = {**failed[0][1], "error": " | ".join(
+            f"rank {rank}: {outcome['error']}" for rank, outcome in failed)}
     verdicts = {r["verdict"]["message"] for r in per_rank}
     if len(verdicts) > 1:  # the validator must not depend on the rank; say so rather than pick one
         merged["verdict"] = {"refused": True, "message": "ranks disagree: " + " | ".join(map(str, verdicts))}
@@ -419,6 +437,12 @@ def main(argv: list[str] | None = None) -> int:
             line = write(cell, merged)
             print(f"[{number}/{len(cells)}] {setup['platform']} x{setup['processes']} {cell.key}: "
                   f"{status_of(line)} ({merged['outcome']['seconds']} s)", flush=True)
+        if not ranks.healthy():
+            if ranks.rank == 0:
+                marker.unlink(missing_ok=True)
+                print("the launch's process group broke in this cell: a new launch with --resume goes on from the "
+                      "next", file=sys.stderr)
+            return EXIT_RESTART
     if ranks.rank == 0:
         marker.unlink(missing_ok=True)
     return 0

@@ -188,6 +188,11 @@ def test_a_rank_that_failed_alone_makes_the_cell_fail():
     bad = {"verdict": {"refused": False, "message": None}, "outcome": {"status": "failed", "error": "OSError: x"}}
     assert matrix.merge_ranks([ok, bad])["outcome"] == {"status": "failed", "error": "rank 1: OSError: x"}
     assert matrix.merge_ranks([ok, ok])["outcome"]["status"] == "works"
+    # Rank 0 timed out waiting for rank 1, which failed first: the cause comes first.
+    waited = {**bad, "outcome": {"status": "failed", "error": "RuntimeError: Timed out waiting 120000ms for send"}}
+    assert matrix.merge_ranks([waited, bad])["outcome"]["error"] == (
+        "rank 1: OSError: x | rank 0: RuntimeError: Timed out waiting 120000ms for send")
+    assert matrix.merge_ranks([bad, bad])["outcome"]["error"] == "OSError: x"  # both alike: no rank to name
 
 
 def test_resume_records_the_cell_a_killed_launch_died_in(tmp_path, base_words):
