@@ -82,7 +82,7 @@ RAN_KEYS = ("strategy", "optimizer_class", "optimizer_options", "optimizer_wrapp
             "fp16", "gradient_checkpointing", "world_size")
 STEPS = 2
 # A rank that fails alone leaves the others in a collective; they fail too after this long, instead of 30 minutes.
-COLLECTIVE_TIMEOUT_S = 120
+COLLECTIVE_TIMEOUT_S = 60
 # Two optimizer steps on the tiny model's 64-px photos, batch 2 per process.
 BASE_WORDS = ["--model_name_or_path", "blip2-tiny-opt", "--eval_size", "0", "--max_steps", str(STEPS),
               "--per_device_train_batch_size", "2", "--learning_rate", "1e-4", "--logging_steps", "1",
