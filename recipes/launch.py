@@ -112,6 +112,15 @@ def launch_problems(args) -> list[str]:
         )
     if launch.fsdp is not None:
         problems += fsdp_problems(args, launch)
+    if launch.world_size == 1 and training.n_gpu > 1:
+        # The Trainer wraps a single process that sees several GPUs in torch.nn.DataParallel, whose replicas then
+        # meet inputs on another GPU (seen on a 4-GPU machine: "found at least two devices, cuda:3 and cuda:0").
+        problems.append(
+            f"one process sees {training.n_gpu} GPUs, and the Trainer would split each batch over them with "
+            "torch.nn.DataParallel, which this recipe does not run; use one GPU (CUDA_VISIBLE_DEVICES=0, or "
+            "accelerate_configs/single.yaml, which pins GPU 0) or all of them with one process each "
+            "(accelerate_configs/ddp4.yaml)"
+        )
     problems += rank0_generation_problems(args, launch)
     return problems
 

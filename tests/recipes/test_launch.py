@@ -331,3 +331,22 @@ def test_under_zero3_rank0_captions_are_refused_too():
     assert [p.split(":")[0] for p in launch_problems(args)] == ["num_sample_captions"]  # its default is 8
     args.training.deepspeed = "ds_configs/zero2_offload.json"  # ZeRO-2 keeps every weight on every rank
     assert launch_problems(args) == []
+
+
+def test_one_process_seeing_several_gpus_is_refused_before_the_trainer_picks_dataparallel(monkeypatch, tmp_path):
+    # seen on a 4-GPU machine: a plain one-process run got torch.nn.DataParallel and crashed mid-forward
+    monkeypatch.setattr(TrainingArguments, "n_gpu", property(lambda self: 4))
+    args = parse_args(["recipes/blip2/tiny-opt-demo.yaml", "--output_dir", str(tmp_path / "out")])
+    problems = launch_problems(args)
+    assert any("one process sees 4 GPUs" in p and "CUDA_VISIBLE_DEVICES=0" in p for p in problems)
+    monkeypatch.setattr(TrainingArguments, "n_gpu", property(lambda self: 1))
+    assert not any("GPUs" in p for p in launch_problems(args))
+
+
+def test_single_yaml_pins_one_gpu():
+    env = launch_env("single.yaml")
+    assert yaml.safe_load((CONFIGS / "single.yaml").read_text())["gpu_ids"] == "0"
+    assert env["ACCELERATE_USE_CPU"] == "False"
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    args = launch_command_parser().parse_args(["--config_file", str(CONFIGS / "single.yaml"), "recipes/train.py"])
+    assert _validate_launch_command(args)[0].gpu_ids == "0"  # what the launcher turns into CUDA_VISIBLE_DEVICES
