@@ -77,8 +77,8 @@ evaluate: venv data
 	$(PY) recipes/score.py $(ALT_MODEL) --dataset_path $(DATA) --split test $(ARGS)
 
 # The compatibility matrix's CPU part (docs/compatibility.md; about 6 minutes on 2 cores): the single-process cells
-# in one process, DDP and FSDP under accelerate with 2 gloo processes (launched again with --resume when a rank
-# failing alone broke their process group), then the page from these lines and the GPU ones in benchmarks/results
+# in one process, DDP and FSDP under accelerate with 2 gloo processes (launched again with --resume when a cell
+# hung or a rank failing alone broke their process group), then the page from these lines and the GPU ones in benchmarks/results
 # (bash benchmarks/gpu_compatibility.sh single|multi on the device machine).
 COMPAT_CPU := benchmarks/results/$(shell date +%F)-cpu-compatibility.jsonl
 COMPAT_ARGS := benchmarks/compatibility.py --out $(COMPAT_CPU) --work-dir runs/compatibility
@@ -87,8 +87,8 @@ COMPAT_LAUNCH := $(VENV)/bin/accelerate launch --num_processes 2 --config_file
 compatibility: venv
 	rm -rf $(COMPAT_CPU) runs/compatibility
 	$(PY) $(COMPAT_ARGS) --launch single zero2-offload zero3-offload
-	for try in 1 2 3; do $(COMPAT_LAUNCH) accelerate_configs/ddp4.yaml $(COMPAT_ARGS) --launch ddp --resume && break; done
-	for try in 1 2 3; do $(COMPAT_LAUNCH) accelerate_configs/fsdp4.yaml $(COMPAT_ARGS) --launch fsdp --resume && break; done
+	for try in $$(seq 10); do $(COMPAT_LAUNCH) accelerate_configs/ddp4.yaml $(COMPAT_ARGS) --launch ddp --resume && break; done
+	for try in $$(seq 10); do $(COMPAT_LAUNCH) accelerate_configs/fsdp4.yaml $(COMPAT_ARGS) --launch fsdp --resume && break; done
 	$(PY) benchmarks/compatibility_doc.py
 compatibility-doc: venv
 	$(PY) benchmarks/compatibility_doc.py

@@ -28,18 +28,19 @@ import contextlib
 import fcntl
 import gc
 import itertools
+import json
 import logging
 import math
 import os
 import platform
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
-from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -49,10 +50,8 @@ import recipes  # noqa: E402,F401  (first: it quiets a bitsandbytes import-time 
 import torch  # noqa: E402
 
 from callbacks.results import append_json_line, git_commit, library_versions, read_records  # noqa: E402
+from benchmarks.compatibility_verdicts import replay_verdict, validator_off, verdict  # noqa: E402
 from recipes import train  # noqa: E402
-from recipes.arguments import parse_args  # noqa: E402
-from recipes.checks import check_compatible  # noqa: E402
-from recipes.errors import ConfigError  # noqa: E402
 
 MATRIX_VERSION = 1
 PRECISIONS = ("32-true", "bf16-true", "bf16-mixed")
@@ -83,6 +82,7 @@ RAN_KEYS = ("strategy", "optimizer_class", "optimizer_options", "optimizer_wrapp
 STEPS = 2
 # A rank that fails alone leaves the others in a collective; they fail too after this long, instead of 30 minutes.
 COLLECTIVE_TIMEOUT_S = 60
+RENDEZVOUS_TIMEOUT_S = 30  # ranks that finished a cell meet within this; one that failed alone waits no longer
 # Two optimizer steps on the tiny model's 64-px photos, batch 2 per process.
 BASE_WORDS = ["--model_name_or_path", "blip2-tiny-opt", "--eval_size", "0", "--max_steps", str(STEPS),
               "--per_device_train_batch_size", "2", "--learning_rate", "1e-4", "--logging_steps", "1",
@@ -90,6 +90,8 @@ BASE_WORDS = ["--model_name_or_path", "blip2-tiny-opt", "--eval_size", "0", "--m
               "--num_sample_captions", "0", "--save_model", "false", "--overwrite_output_dir", "true", "--seed", "0",
               "--ddp_timeout", str(COLLECTIVE_TIMEOUT_S)]
 EXIT_RESTART = 75  # the process group broke: launch again with --resume (the Makefile and the GPU script do)
+DIED_TWICE = "the launch died twice in this cell"
+DIED_ONCE = "the launch died during this cell"  # what lines said before a cell got a second try
 NUM_PHOTOS = 16  # two steps of batch 2 on each of up to four processes
 
 
@@ -127,44 +129,39 @@ def cells_for(launch: str) -> list[Cell]:
     return [cell for cell in CELLS if cell.launch == launch]
 
 
-# Which launches each machine runs, by (platform, processes); docs/compatibility.md shows every other pairing as
-# not planned, and a planned cell without a line as not run yet. ZeRO appears once on the CPU, with one process:
-# there it is refused before any launch matters (deepspeed is not installed on the CPU machine).
+# Which launches each machine runs, by (platform, processes); a cell of them is run unless `unplanned` says why
+# not. docs/compatibility.md shows a planned cell without a line as not run yet.
 PLAN = {
     ("cpu", 1): ("single", "zero2-offload", "zero3-offload"),
-    ("cpu", 2): ("ddp", "fsdp"),
+    ("cpu", 2): ("ddp", "fsdp", "zero2-offload", "zero3-offload"),
     ("cuda", 1): ("single", "zero2-offload", "zero3-offload"),
     ("cuda", 2): ("ddp", "fsdp", "zero2-offload", "zero3-offload"),
 }
-# The one pairing of a launch that takes either process count with a machine that does not run it, and why.
-NOT_PLANNED = {("cpu", 2, launch): "the CPU machine has no deepspeed: its one-process cells are refused for that "
-               "before any launch matters, and two processes would be refused the same way"
-               for launch in DEEPSPEED_CONFIGS}
+
+
+def unplanned(cell: Cell, platform: str, processes: int) -> str | None:
+    """Why a machine does not run a cell of a launch that takes either process count; None: it runs it.
+
+    Each reason is a rule tests/benchmarks/test_compatibility.py checks against the lines: the cell it skips is
+    refused today, and the same cell with one process on the same machine failed.
+    """
+    if cell.launch not in DEEPSPEED_CONFIGS or processes == 1:
+        return None
+    if platform == "cpu":
+        return ("the CPU machine has no deepspeed: its one-process cells are refused for that before any launch "
+                "matters, and two processes would be refused the same way")
+    if cell.optimizer != "deepspeed_cpu_adam":
+        # 72 of a ZeRO launch's 90 cells, at 5-10 s each with 2 processes: they would not fit the GPU's time.
+        return ("`optim` under a ZeRO config is refused whatever the process count; with one process the run "
+                "without the validator shows DeepSpeed replacing it")
+    return None
+
+
+def planned_cells(launch: str, platform: str, processes: int) -> list[Cell]:
+    return [cell for cell in cells_for(launch) if unplanned(cell, platform, processes) is None]
 
 
 # --- one cell -----------------------------------------------------------------------------------------------
-
-
-def verdict(words: list[str]) -> dict:
-    """The validator's answer, exactly as recipes/train.py meets it: parse_args, then check_compatible."""
-    try:
-        check_compatible(parse_args(words))
-    except ConfigError as err:
-        return {"refused": True, "message": str(err)}
-    return {"refused": False, "message": None}
-
-
-# Every check this project adds before a model is built. A run with them patched out meets only the libraries.
-VALIDATOR = ("recipes.train.check_compatible", "recipes.arguments.check_deepspeed_installed",
-             "recipes.arguments.check_optim_name")
-
-
-@contextlib.contextmanager
-def validator_off():
-    with contextlib.ExitStack() as stack:
-        for target in VALIDATOR:
-            stack.enter_context(mock.patch(target, lambda *args, **kwargs: None))
-        yield
 
 
 def judge(cell: Cell, result: dict, processes: int) -> dict:
@@ -291,9 +288,9 @@ def check_launch(launch: str, processes: int) -> None:
 class Ranks:
     """The processes of one launch, kept in step: each rank's outcome of a cell, gathered on every rank.
 
-    A gloo group of its own, so gathering works whatever backend training uses, and so a rank that failed alone
-    waits here for the others (at most `ddp_timeout`, after which their collective fails too) instead of
-    starting the next cell out of step.
+    The gathering has a gloo group of its own, so that it works whatever backend training uses, and a short
+    timeout: ranks that both finished a cell arrive within moments of each other, while a rank that failed alone
+    would otherwise wait for partners stuck in a collective it left (see main).
     """
 
     def __init__(self) -> None:
@@ -308,7 +305,7 @@ class Ranks:
                 if torch.cuda.is_available():
                     torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
                 dist.init_process_group(backend=backend, timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
-            self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=2 * COLLECTIVE_TIMEOUT_S))
+            self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=RENDEZVOUS_TIMEOUT_S))
         self.rank = int(os.environ.get("RANK", "0"))
 
     def gather(self, value: dict) -> list[dict]:
@@ -380,9 +377,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", default=None, help="Run only cells whose key contains one of these.")
     parser.add_argument("--shard", default="1/1", help="i/n: run every n-th cell from the i-th (1-based), so that n "
                         "launches side by side share a launch's cells (the GPU script).")
+    parser.add_argument("--cell-timeout-s", type=float, default=120,
+                        help="A cell still running after this ends the launch (a hang); see --resume.")
     parser.add_argument("--resume", action="store_true",
-                        help="Skip the cells --out holds for this machine and process count; a cell a killed launch "
-                             "was in the middle of is recorded as failed, with the end of its logs.")
+                        help="Skip the cells --out holds for this machine and process count. The cell a launch died "
+                             "in is run once more; dying in it twice is recorded as its failure, with where each "
+                             "rank was.")
     args = parser.parse_args(argv)
 
     shard, shards = (int(part) for part in args.shard.split("/"))
@@ -411,28 +411,57 @@ def main(argv: list[str] | None = None) -> int:
         append_json_line(args.out, line)
         return line
 
-    cells = [cell for launch in args.launch for cell in cells_for(launch)
+    cells = [cell for launch in args.launch for cell in planned_cells(launch, setup["platform"], setup["processes"])
              if args.only is None or any(part in cell.key for part in args.only)][shard - 1::shards]
-    marker = group_work / "current-cell.txt"  # the cell in progress: what a killed launch was doing
+    marker = group_work / "current-cell.txt"  # "<key> <attempt>": the cell in progress, what a dead launch was doing
+    attempts = {}
     if args.resume:
         done = done_keys(Path(args.out), setup)
-        killed = marker.read_text().strip() if marker.is_file() else None
-        cell = next((cell for cell in cells if cell.key == killed and killed not in done), None)
-        if cell is not None:  # on every rank, so that all skip it and stay in step
+        died_in, died_attempt = marker.read_text().split() if marker.is_file() else (None, "0")
+        cell = next((cell for cell in cells if cell.key == died_in and died_in not in done), None)
+        alone = [json.loads(path.read_text()) for path in sorted(group_work.glob("rank*/failed-alone.json"))]
+        alone = [result for result in alone if result["key"] == died_in]
+        ranks.barrier()  # every rank has read the files before rank 0 removes them
+        if ranks.rank == 0:
+            for path in group_work.glob("rank*/failed-alone.json"):
+                path.unlink()
+        if cell is not None and alone:  # a rank failed alone: its error is the cell's, no second try needed
+            if ranks.rank == 0:
+                error = " | ".join(f"rank {result['rank']}: {result['outcome']['error']}" for result in alone)
+                write(cell, {"verdict": alone[0]["verdict"], "replay_agrees": alone[0]["replay_agrees"], "outcome": {
+                    **alone[0]["outcome"], "error": f"{error} (the other ranks, left waiting in a collective, "
+                                                    "were stopped)"}})
+            done.add(cell.key)
+        elif cell is not None and int(died_attempt) >= 2:  # on every rank, so that all skip it and stay in step
             said = verdict([*base_words, *cell.words()])
             if ranks.rank == 0:
                 write(cell, {"verdict": said, "outcome": {
                     "status": "failed", "seconds": None, "origin": None,
-                    "error": "the launch died during this cell (killed, or a collective hung past "
-                             f"{COLLECTIVE_TIMEOUT_S} s); its log ends: " + log_tail(group_work, cell)}})
+                    "error": f"{DIED_TWICE} (a hang: no progress for {args.cell_timeout_s:g} s, or a crash); "
+                             + where_it_died(group_work, cell)}})
             done.add(cell.key)
+        elif cell is not None:
+            attempts[cell.key] = 2  # once more, first: a one-off (a slow start, a race) should not fail the cell
+            cells.remove(cell)
+            cells.insert(0, cell)
         cells = [cell for cell in cells if cell.key not in done]
     for number, cell in enumerate(cells, 1):
         if ranks.rank == 0:
-            marker.write_text(cell.key)
-        result = run_cell(cell, base_words=base_words, processes=setup["processes"],
-                          log_path=rank_work / "logs" / log_name(cell))
-        merged = merge_ranks(ranks.gather(result))
+            marker.write_text(f"{cell.key} {attempts.get(cell.key, 1)}")
+        with CellWatchdog(args.cell_timeout_s, rank_work / "hang.txt"):
+            result = run_cell(cell, base_words=base_words, processes=setup["processes"],
+                              log_path=rank_work / "logs" / log_name(cell))
+        # The replay the page and the tests rely on, checked here on the machine that knows the real verdict.
+        replayed = replay_verdict({**setup, "words": cell.words(), "versions": context["versions"]}, base_words)
+        result["replay_agrees"] = replayed == result["verdict"]
+        try:
+            merged = merge_ranks(ranks.gather(result))
+        except Exception:  # noqa: BLE001  (the others did not come: stuck in a collective this rank left by failing)
+            # Ending this process makes the launcher stop them at once, instead of after NCCL's timeout; the next
+            # launch (--resume) writes the line from this file.
+            (rank_work / "failed-alone.json").write_text(json.dumps({"key": cell.key, "rank": ranks.rank, **result},
+                                                                    default=str))
+            os._exit(EXIT_RESTART)
         if ranks.rank == 0:
             line = write(cell, merged)
             print(f"[{number}/{len(cells)}] {setup['platform']} x{setup['processes']} {cell.key}: "
@@ -446,6 +475,51 @@ def main(argv: list[str] | None = None) -> int:
     if ranks.rank == 0:
         marker.unlink(missing_ok=True)
     return 0
+
+
+class CellWatchdog:
+    """Ends the process when a cell runs past `limit_s`, having written where its main thread was.
+
+    A collective whose partner is gone, or a deadlock, would otherwise hold the launch until NCCL's watchdog takes
+    the process down (the collective timeout, then as long again to dump its traces): minutes, where the GPU parts
+    have a few in all. The launcher then stops every rank, and the next launch (--resume) runs the cell once more.
+    """
+
+    def __init__(self, limit_s: float, report: Path) -> None:
+        self.limit_s, self.report = limit_s, report
+        self.main_thread = threading.get_ident()
+        self.timer: threading.Timer | None = None
+
+    def __enter__(self):
+        self.report.unlink(missing_ok=True)
+        self.timer = threading.Timer(self.limit_s, self.fire)
+        self.timer.daemon = True
+        self.timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.timer.cancel()
+
+    def fire(self) -> None:
+        frame = sys._current_frames().get(self.main_thread)
+        stack = "".join(traceback.format_stack(frame)[-4:]) if frame is not None else "(no stack)\n"
+        self.report.write_text(f"still running after {self.limit_s:g} s, at:\n{stack}")
+        os._exit(EXIT_RESTART)
+
+
+def where_it_died(group_work: Path, cell: Cell) -> str:
+    """Each rank's last stack (from CellWatchdog) or, without one (a crash), the end of its log."""
+    parts = []
+    for rank_dir in sorted(group_work.glob("rank*")):
+        hang = rank_dir / "hang.txt"
+        log = rank_dir / "logs" / log_name(cell)
+        if hang.is_file():
+            text = hang.read_text().strip().splitlines()
+        else:
+            text = [line for line in (log.read_text(errors="replace") if log.is_file() else "").splitlines()
+                    if line.strip()][-5:] or ["(no log)"]
+        parts.append(f"[{rank_dir.name}] " + " | ".join(line.strip() for line in text))
+    return " ".join(parts)
 
 
 def group_dir(work: Path, setup: dict, launches: list[str], shard: str) -> Path:
@@ -467,20 +541,19 @@ def log_name(cell: Cell) -> str:
     return cell.key.replace("/", "_") + ".log"
 
 
-def log_tail(group_work: Path, cell: Cell, lines: int = 5) -> str:
-    tails = []
-    for log in sorted(group_work.glob(f"rank*/logs/{log_name(cell)}")):
-        text = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-lines:]
-        tails.append(f"[{log.parent.parent.name}] " + " | ".join(text))
-    return " ".join(tails) or "(no log)"
-
-
-def status_of(line: dict) -> str:
-    """works / refused (and it does fail) / failed (the validator let a failing cell through) / refused-but-works."""
-    refused, works = line["verdict"]["refused"], line["outcome"]["status"] == "works"
+def status(said: dict, outcome: dict) -> str:
+    """works / refused (and it fails) / failed (the validator let a failing cell through) / refused-but-works (the
+    validator is too strict) / hung (the launch died in this cell once, in a run before the retry existed)."""
+    if outcome["status"] != "works" and str(outcome.get("error")).startswith(DIED_ONCE):
+        return "hung"
+    refused, works = said["refused"], outcome["status"] == "works"
     if refused:
         return "refused-but-works" if works else "refused"
     return "works" if works else "failed"
+
+
+def status_of(line: dict) -> str:
+    return status(line["verdict"], line["outcome"])
 
 
 def done_keys(path: Path, setup: dict) -> set[str]:

@@ -3,15 +3,17 @@
     python benchmarks/compatibility_doc.py [FILE.jsonl ...] [--out docs/compatibility.md]
 
 Default input: every benchmarks/results/*-compatibility*.jsonl (CPU and GPU runs merged); a later line for the
-same cell, platform and process count replaces an earlier one. Every entry of the page comes from a line: a
-cell the plan (compatibility.PLAN) gives a machine but no line records reads "not run yet". The output depends
-on the lines only (no clock), so tests/benchmarks/test_compatibility.py can check the page was not hand-edited.
+same cell, platform and process count replaces an earlier one. What happened to a cell comes from its line; what
+the validator says is today's verdict, replayed on the line's recorded facts (compatibility_verdicts.py), so the
+page follows the checks without a new GPU run. A cell the plan gives a machine but no line records reads "not run
+yet". The output depends on the lines and the code only (no clock), so a test can check the page is up to date.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -19,8 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.compatibility import (  # noqa: E402
-    ADAPTERS, CHECKPOINTING, DEEPSPEED_CONFIGS, LAUNCHES, NOT_PLANNED, OPTIMIZERS, PLAN, PRECISIONS, Cell, cells_for,
-    status_of)
+    ADAPTERS, BASE_WORDS, CHECKPOINTING, DEEPSPEED_CONFIGS, LAUNCHES, OPTIMIZERS, PLAN, PRECISIONS, Cell, cells_for,
+    planned_cells, status_of, unplanned)
+from benchmarks.compatibility_verdicts import memoized_validator, replay_verdict  # noqa: E402
 from callbacks.results import read_records  # noqa: E402
 
 RESULTS_GLOB = "benchmarks/results/*-compatibility*.jsonl"
@@ -57,9 +60,19 @@ def load(paths: list[Path]) -> dict[tuple[str, int, str], dict]:
     return latest
 
 
+def with_todays_verdicts(lines: dict) -> dict:
+    """Each line with today's verdict on its cell as `verdict` (the one recorded when it ran: `verdict_recorded`)."""
+    with tempfile.TemporaryDirectory() as work, memoized_validator():
+        base = [*BASE_WORDS, "--dataset_path", f"{work}/photos", "--output_dir", f"{work}/out", "--results_file",
+                f"{work}/results.jsonl"]
+        return {key: {**line, "verdict_recorded": line["verdict"], "verdict": replay_verdict(line, base)}
+                for key, line in lines.items()}
+
+
 def code_book(lines: dict) -> dict[tuple[str, str], str]:
-    """A short code per distinct reason: R (refused, by message), F (failed, by error), W (refused but works)."""
-    prefixes = {"refused": "R", "failed": "F", "refused-but-works": "W"}
+    """A short code per distinct reason: R (refused, by message), F (failed, by error), W (refused but works),
+    H (the launch died once in the cell)."""
+    prefixes = {"refused": "R", "failed": "F", "refused-but-works": "W", "hung": "H"}
     codes: dict[tuple[str, str], str] = {}
     counters: Counter = Counter()
     for line in sorted(lines.values(), key=lambda line: (line["platform"], line["processes"], line["key"])):
@@ -74,7 +87,7 @@ def code_book(lines: dict) -> dict[tuple[str, str], str]:
 
 
 def reason_of(line: dict) -> str:
-    if line["verdict"]["refused"]:
+    if line["verdict"]["refused"] and status_of(line) != "hung":
         return line["verdict"]["message"]
     return first_line(line["outcome"]["error"])
 
@@ -112,9 +125,11 @@ def header(lines: dict, paths: list[Path]) -> list[str]:
         + ", ".join(f"`{shown(path)}`" for path in paths)
         + " — do not edit by hand (a test renders the files again and compares).",
         "",
-        "Each cell was given to the validator first (`parse_args` + `check_compatible`, what `recipes/train.py` "
-        "does before loading a weight), then trained with the validator switched off, so a refusal is shown beside "
-        "the error it spares you:",
+        "Each cell was trained with the validator (`parse_args` + `check_compatible`, what `recipes/train.py` does "
+        "before loading a weight) switched off, so a refusal is shown beside the error it spares you. The verdicts "
+        "are today's validator's, replayed on each cell's recorded machine and launch "
+        "(`benchmarks/compatibility_verdicts.py`; the runner checks that replay against the real verdict as it "
+        "runs, `replay_agrees` in the lines):",
         "",
         "- works: two optimizer steps, finite losses, and the launch and the optimizer that ran are the ones "
         "asked for.",
@@ -122,7 +137,10 @@ def header(lines: dict, paths: list[Path]) -> list[str]:
         "failed too.",
         "- **F1**, … (bold): the validator let it through and the run failed: a gap in the validator.",
         "- **W1**, … (bold): refused, yet the run without the validator worked: the validator is too strict.",
-        "- not run yet: the machine this cell is planned on has not recorded it.",
+        "- **H1**, … (bold): the launch died in this cell once, in a run from before a cell got a second try: "
+        "inconclusive until the next run of that part.",
+        "- not run yet: the machine this cell is planned on has not recorded it; —: not planned (the reason is "
+        "under the table).",
         "",
         "A run \"fails\" when it raises, logs a non-finite loss, or trains under another launch or steps another "
         "optimizer than the one asked for (accelerate runs FSDP as DDP on the CPU, DeepSpeed replaces `optim`, both "
@@ -169,7 +187,7 @@ def where(lines: dict) -> list[str]:
             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for (platform, processes), launches in PLAN.items():
         mine = [line for (p, n, _), line in lines.items() if (p, n) == (platform, processes)]
-        planned = sum(len(cells_for(launch)) for launch in launches)
+        planned = sum(len(planned_cells(launch, platform, processes)) for launch in launches)
         if not mine:
             rows.append(f"| {PLATFORM_NAMES[platform]} | {processes} | — | not run yet | 0 of {planned} | — | — | "
                         f"`{RUN_COMMANDS[(platform, processes)]}` |")
@@ -197,17 +215,19 @@ def version_text(line: dict) -> str:
 
 
 def counts(lines: dict) -> list[str]:
-    statuses = ("works", "refused", "failed", "refused-but-works")
-    rows = ["## Counts", "", "| machine | processes | " + " | ".join(statuses) + " | not run yet |",
-            "| --- | --- | " + " | ".join("---" for _ in statuses) + " | --- |"]
+    statuses = ("works", "refused", "failed", "refused-but-works", "hung", "not run yet", "not planned")
+    rows = ["## Counts", "", "| machine | processes | " + " | ".join(statuses) + " |",
+            "| --- | --- | " + " | ".join("---" for _ in statuses) + " |"]
     for (platform, processes), launches in PLAN.items():
         tally = Counter()
         for launch in launches:
             for cell in cells_for(launch):
                 line = lines.get((platform, processes, cell.key))
-                tally[status_of(line) if line else "not run yet"] += 1
-        rows.append(f"| {PLATFORM_NAMES[platform]} | {processes} | "
-                    + " | ".join(str(tally[s]) for s in (*statuses, "not run yet")) + " |")
+                if unplanned(cell, platform, processes):
+                    tally["not planned"] += 1
+                else:
+                    tally[status_of(line) if line else "not run yet"] += 1
+        rows.append(f"| {PLATFORM_NAMES[platform]} | {processes} | " + " | ".join(str(tally[s]) for s in statuses) + " |")
     return rows + [""]
 
 
@@ -218,15 +238,16 @@ def launch_tables(lines: dict, codes: dict) -> list[str]:
     for launch in LAUNCHES:
         rows += [f"## {launch}", "", LAUNCH_NOTES[launch][0].upper() + LAUNCH_NOTES[launch][1:] + ".", ""]
         for (platform, processes), launches in PLAN.items():
-            title = f"{PLATFORM_NAMES[platform]}, {processes} process{'es' if processes > 1 else ''}"
-            if (platform, processes, launch) in NOT_PLANNED:
-                rows += [f"**{title}**: not planned: {NOT_PLANNED[(platform, processes, launch)]}.", ""]
             if launch not in launches:
                 continue
+            title = f"{PLATFORM_NAMES[platform]}, {processes} process{'es' if processes > 1 else ''}"
+            why_not = {unplanned(cell, platform, processes) for cell in cells_for(launch)} - {None}
             table = {(cell.precision, cell.optimizer, cell.adapter, cell.checkpointing):
-                     entry(lines.get((platform, processes, cell.key)), codes) for cell in cells_for(launch)}
+                     "—" if unplanned(cell, platform, processes) else entry(lines.get((platform, processes, cell.key)), codes)
+                     for cell in cells_for(launch)}
             if len(set(table.values())) == 1:
-                rows += [f"**{title}**: all {len(table)} cells: {next(iter(table.values()))}.", ""]
+                what = "not planned: " + next(iter(why_not)) if why_not else next(iter(table.values()))
+                rows += [f"**{title}**: all {len(table)} cells: {what}.", ""]
                 continue
             rows += [f"**{title}**", "", "| precision | optimizer | " + " | ".join(names) + " |",
                      "| --- | --- | " + " | ".join("---" for _ in names) + " |"]
@@ -234,7 +255,7 @@ def launch_tables(lines: dict, codes: dict) -> list[str]:
                 for optim in OPTIMIZERS:
                     rows.append(f"| {precision} | {optim} | "
                                 + " | ".join(table[(precision, optim, a, c)] for a, c in columns) + " |")
-            rows.append("")
+            rows += [""] + [f"—: not planned: {reason}." for reason in sorted(why_not)] + ([""] if why_not else [])
     return rows
 
 
@@ -253,12 +274,16 @@ def reasons(lines: dict, codes: dict) -> list[str]:
                            sorted(Counter((line["platform"], line["processes"]) for line in mine).items()))
         if status == "failed":
             rows.append(f"- **{code}** — failed, not refused ({where_}): `{reason}`")
+        elif status == "hung":
+            rows.append(f"- **{code}** — the launch died in this cell once; the next run of its part tries it again "
+                        f"({where_}): `{first_line(reason, 600)}`")
         else:
             label = "refused" if status == "refused" else "refused, but the run without the validator worked"
-            rows.append(f"- **{code}** — {label} ({where_}): `{first_line(reason, 600)}`")
+            problems = "` and `".join(reason.splitlines())  # the validator reports every problem, one per line
+            rows.append(f"- **{code}** — {label} ({where_}): `{problems}`")
         errors = Counter((first_line(line["outcome"].get("error")), line["outcome"].get("origin")) for line in mine
                          if line["outcome"]["status"] != "works")
-        if status != "failed":
+        if status not in ("failed", "hung"):
             for (error, origin), n in sorted(errors.items(), key=lambda item: -item[1]):
                 at = f" (raised at `{origin}`)" if origin else ""
                 rows.append(f"  - without the validator, {n} cell{'s' if n > 1 else ''}: `{error}`{at}")
@@ -329,7 +354,7 @@ def describe(ran: dict) -> dict[str, str]:
 
 
 def render(paths: list[Path]) -> str:
-    lines = load(paths)
+    lines = with_todays_verdicts(load(paths))
     codes = code_book(lines)
     parts = [header(lines, paths), where(lines), counts(lines), axes(), launch_tables(lines, codes),
              reasons(lines, codes), what_ran(lines)]

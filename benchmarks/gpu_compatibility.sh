@@ -6,7 +6,8 @@
 # accelerate launch looping over its cells, the ZeRO ones in two shards because a DeepSpeed cell takes longest.
 # Lines go to $OUT/<date>-<gpu>-compatibility-<part>.jsonl as each cell ends: copy it to benchmarks/results/ and
 # run `python benchmarks/compatibility_doc.py`. Every launch stops at the part's deadline; the cells it had not
-# reached read "not run yet", and the file given back as PREVIOUS.jsonl makes a second run do only those.
+# reached read "not run yet", and the file given back as PREVIOUS.jsonl makes a second run do only those (and
+# again any cell an older runner recorded as "the launch died during this cell").
 set -euo pipefail
 part=${1:?say single (1 GPU) or multi (2 GPUs)}
 previous=${2:-}
@@ -18,17 +19,17 @@ esac
 source "$(dirname "$0")/device_env.sh"
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | awk '{print tolower($2)}')  # NVIDIA H100 ... -> h100
 out="$OUT/$(date +%F)-$gpu-compatibility-$part.jsonl"
-[ -z "$previous" ] || cp "$previous" "$out"
+if [ -n "$previous" ]; then grep -v '"error": "the launch died during this cell' "$previous" > "$out" || true; fi
 work=/tmp/compatibility
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 export OMP_NUM_THREADS=2  # a dozen processes share 16-32 cores; DeepSpeed's CPU Adam would take every core each
 
 launch() {  # name command...: output in $OUT/<name>.log, killed at the deadline (less 15 s for the summary). A
-  # launch that dies (a collective that hung past the runner's timeout kills it) restarts with --resume, which
-  # records the cell it died in as failed.
+  # launch ends early when a cell hangs (45 s) or a rank fails alone; it starts again with --resume, which runs
+  # a hung cell once more and records a second hang, or the lone rank's error, as the cell's failure.
   local name=$1; shift
-  timeout --kill-after=5 "$((deadline - 15 - SECONDS))" bash -c 'for attempt in 1 2 3; do "$@" && exit 0; done; exit 1' _ \
-    "$@" --out "$out" --work-dir "$work" --resume > "$OUT/$name.log" 2>&1 &
+  timeout --kill-after=5 "$((deadline - 15 - SECONDS))" bash -c 'for attempt in $(seq 30); do "$@" && exit 0; sleep 1; done; exit 1' _ \
+    "$@" --out "$out" --work-dir "$work" --resume --cell-timeout-s 45 > "$OUT/$name.log" 2>&1 &
 }
 build_cpu_adam() {  # DeepSpeed compiles its CPU Adam on first use: once here, beside the launches that need none
   if python3 -c "from deepspeed.ops.op_builder import CPUAdamBuilder; CPUAdamBuilder().load()" > "$OUT/cpu_adam_build.log" 2>&1

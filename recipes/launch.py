@@ -26,6 +26,13 @@ FSDP_CONFIG = "accelerate_configs/fsdp4.yaml"
 # use_cpu the same launch silently trains plain DDP. The CPU tests lift both restrictions at once
 # (tests/recipes/launched.py) to run accelerate's real FSDP2 path over gloo.
 ACCELERATE_FSDP_ON_CPU = False
+# transformers' optim values that step a bitsandbytes optimizer (8- or 32-bit state: small tensors take its 32-bit
+# kernel either way). The compatibility matrix ran adamw_bnb_8bit under FSDP2: every cell failed in the first step.
+BITSANDBYTES_OPTIMS = frozenset({
+    "adamw_bnb_8bit", "adamw_8bit", "ademamix", "ademamix_8bit", "lion_8bit", "lion_32bit", "paged_adamw_32bit",
+    "paged_adamw_8bit", "paged_ademamix_32bit", "paged_ademamix_8bit", "paged_lion_32bit", "paged_lion_8bit",
+    "rmsprop_bnb", "rmsprop_bnb_8bit", "rmsprop_bnb_32bit",
+})
 
 
 @dataclass
@@ -160,6 +167,11 @@ def fsdp_problems(args, launch: Launch) -> list[str]:
     if (training.use_cpu or not torch.cuda.is_available()) and not ACCELERATE_FSDP_ON_CPU:
         problems.append("FSDP on the CPU: accelerate applies FSDP on GPUs only, so this launch would silently train "
                         "plain DDP; run it on GPUs, or launch with accelerate_configs/ddp4.yaml")
+    optim = str(getattr(training.optim, "value", training.optim))
+    if optim in BITSANDBYTES_OPTIMS:
+        problems.append(f"optim: {optim} under FSDP: bitsandbytes' optimizer kernels take whole tensors, not FSDP2's "
+                        "sharded DTensors (NotImplementedError: no sharding strategy registered, docs/compatibility.md); "
+                        "use optim: adamw_torch_fused, or 8-bit Adam under accelerate_configs/ddp4.yaml")
     if fsdp["auto_wrap_policy"] == "NO_WRAP":
         problems.append(f"fsdp_auto_wrap_policy: NO_WRAP makes the whole model one unit, gathered in full on every "
                         f"GPU: nothing saved; set fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP (as {FSDP_CONFIG} does)")

@@ -1,91 +1,31 @@
 """The compatibility matrix: the runner on real CPU cells, and the validator held to the committed results.
 
-The committed JSONL files (benchmarks/results/*-compatibility*.jsonl) record, per cell, the validator's verdict
-and the outcome of the same cell trained without it. Here every recorded cell is given to today's validator again,
-under the facts of the machine and launch that ran it, and it must refuse exactly the cells that failed.
+The committed JSONL files (benchmarks/results/*-compatibility*.jsonl) record, per cell, what happened when it was
+trained with the validator switched off. Every recorded cell is given to today's validator again, under the facts
+of the machine and launch that ran it (benchmarks/compatibility_verdicts.py), and it must refuse exactly the cells
+that failed.
 """
 
-import functools
-import importlib.util
 import json
-import os
-from pathlib import Path
-from unittest import mock
+import time
 
 import pytest
-from transformers import TrainingArguments
 
-import models.build
-import recipes.arguments
 from benchmarks import compatibility as matrix
 from benchmarks import compatibility_doc as doc
-from recipes.arguments import check_deepspeed_installed, parse_args, precision_flags
-from recipes.checks import check_compatible
-from recipes.errors import ConfigError
-from recipes.launch import launch_deepspeed_words
+from benchmarks.compatibility_verdicts import replay_verdict
 
-LINES = list(doc.load(doc.default_paths()).values())
+RECORDED = doc.load(doc.default_paths())
+LINES = list(RECORDED.values())
 
 
 # --- the validator against the recorded results ---------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def replayed(tmp_path_factory):
-    """Today's verdict for every recorded line. A thousand verdicts cost 35 ms each as the scripts build them; the
-    parser and the preset's config are built once here instead (both are pure: same input, same object)."""
-    real_parser = recipes.arguments.Parser
-    cached_parser = functools.cache(lambda groups, source, help_command: real_parser(groups, source=source,
-                                                                                      help_command=help_command))
-    work = tmp_path_factory.mktemp("replay")
-    with mock.patch.object(recipes.arguments, "Parser", lambda groups, *, source="command line", help_command=None:
-                           cached_parser(groups, source, help_command)), \
-            mock.patch.object(models.build, "random_init_config", functools.cache(models.build.random_init_config)):
-        return {(line["platform"], line["processes"], line["key"]): replay(line, work) for line in LINES}
-
-
-def replay(line: dict, work: Path) -> dict:
-    """The validator's verdict on a recorded cell, on this CPU, under the recorded facts of its machine and launch.
-
-    What is simulated, and why it is enough: the words are parsed as on the CPU (use_cpu, and the deepspeed key held
-    back, since deepspeed need not be installed here), then TrainingArguments gets the recorded machine's values
-    (use_cpu off on a GPU, the deepspeed file, DeepSpeed's bf16 mode); check_compatible then runs with the recorded
-    GPU facts (CUDA, bf16 support, device name), the launch's variables and its process count.
-    """
-    words = [*matrix.BASE_WORDS, "--dataset_path", str(work / "photos"), "--output_dir", str(work / "out"),
-             "--results_file", str(work / "results.jsonl"), "--use_cpu", "true", *line["words"]]
-    deepspeed = words[words.index("--deepspeed") + 1] if "--deepspeed" in words else None
-    parse_words = [w for i, w in enumerate(words) if "--deepspeed" not in (w, words[i - 1] if i else None)]
-    launch_env = line["launch_env"]
-    # Held back with the deepspeed key: replayed by launch_deepspeed_words(words, environ=launch_env) below.
-    parse_env = {k: v for k, v in launch_env.items() if not k.startswith(("ACCELERATE_USE_DEEPSPEED", "ACCELERATE_DEEPSPEED"))}
-    on_gpu = line["platform"] == "cuda"
-    installed = line["versions"].get("deepspeed") is not None
-    real_find_spec = importlib.util.find_spec
-    with mock.patch.dict(os.environ):  # restored on exit
-        for name in [name for name in os.environ if name.startswith(("ACCELERATE_", "FSDP_"))]:
-            del os.environ[name]
-        os.environ.update(parse_env)
-        try:
-            launch_deepspeed_words(words, environ=launch_env)
-            with mock.patch("importlib.util.find_spec",
-                            lambda name, *a: (object() if installed else None) if name == "deepspeed"
-                            else real_find_spec(name, *a)):
-                check_deepspeed_installed(words)
-            args = parse_args(parse_words)
-            args.training.deepspeed = deepspeed
-            for flag in precision_flags(args.strategy.precision, args.training):  # DeepSpeed's bf16 mode
-                setattr(args.training, flag, True)
-            if on_gpu:
-                args.training.use_cpu = False
-            with mock.patch.object(TrainingArguments, "world_size", property(lambda self: line["processes"])), \
-                    mock.patch("torch.cuda.is_available", lambda: on_gpu), \
-                    mock.patch("torch.cuda.is_bf16_supported", lambda *a, **k: bool(line.get("bf16_supported"))), \
-                    mock.patch("torch.cuda.get_device_name", lambda *a, **k: line["device"]):
-                check_compatible(args)
-        except ConfigError as err:
-            return {"refused": True, "message": str(err)}
-    return {"refused": False, "message": None}
+def today():
+    """Every recorded line, with today's verdict on its cell."""
+    return doc.with_todays_verdicts(RECORDED)
 
 
 def where(line: dict) -> str:
@@ -93,44 +33,46 @@ def where(line: dict) -> str:
 
 
 def test_the_cpu_part_of_the_matrix_is_committed():
-    recorded = {(line["platform"], line["processes"], line["key"]) for line in LINES}
     for (platform, processes), launches in matrix.PLAN.items():
         if platform == "cpu":
-            missing = [cell.key for launch in launches for cell in matrix.cells_for(launch)
-                       if (platform, processes, cell.key) not in recorded]
+            missing = [cell.key for launch in launches for cell in matrix.planned_cells(launch, platform, processes)
+                       if (platform, processes, cell.key) not in RECORDED]
             assert not missing, f"run `make compatibility`: {len(missing)} CPU cells have no line, e.g. {missing[:3]}"
 
 
-def test_when_it_ran_the_validator_refused_exactly_the_cells_that_failed():
-    disagree = [f"{where(line)}: {matrix.status_of(line)}: {line['verdict']['message'] or line['outcome']['error']}"
-                for line in LINES if matrix.status_of(line) not in ("works", "refused")]
-    assert not disagree, "\n".join(disagree[:10])
-
-
-def test_today_the_validator_refuses_exactly_the_cells_that_failed(replayed):
-    wrong = []
-    for line in LINES:
-        now = replayed[(line["platform"], line["processes"], line["key"])]
-        failed = line["outcome"]["status"] != "works"
-        if now["refused"] != failed:
-            said = f"refuses it: {now['message']}" if now["refused"] else "lets it through"
-            wrong.append(f"{where(line)} {'failed' if failed else 'works'} but the validator {said}")
+def test_today_the_validator_refuses_exactly_the_cells_that_failed(today):
+    wrong = [f"{where(line)}: {matrix.status_of(line)}: {line['verdict']['message'] or line['outcome']['error']}"
+             for line in today.values() if matrix.status_of(line) not in ("works", "refused", "hung")]
     assert not wrong, f"{len(wrong)} cells:\n" + "\n".join(wrong[:10])
 
 
-def test_the_pages_messages_are_todays(replayed):
-    # CPU lines only: anyone can rerun them (make compatibility); a GPU line keeps its wording until the next GPU run.
-    stale = [f"{where(line)}: recorded {line['verdict']['message']!r}, today {now['message']!r}"
-             for line in LINES if line["platform"] == "cpu"
-             for now in [replayed[(line["platform"], line["processes"], line["key"])]]
-             if now["message"] != line["verdict"]["message"]]
-    assert not stale, "run `make compatibility`:\n" + "\n".join(stale[:5])
+def test_where_the_runner_checked_the_replay_it_agreed():
+    # The runner replays each cell it runs beside the real verdict, on the real machine (the GPU's included).
+    disagree = [where(line) for line in LINES if line.get("replay_agrees") is False]
+    assert not disagree, f"the replay (compatibility_verdicts.py) missed the real verdict: {disagree[:5]}"
+
+
+def test_a_cell_a_machine_does_not_run_is_refused_and_failed_with_one_process(today, tmp_path):
+    base = [*matrix.BASE_WORDS, "--dataset_path", str(tmp_path / "p"), "--output_dir", str(tmp_path / "o"),
+            "--results_file", str(tmp_path / "r.jsonl")]
+    skipped = [(cell, platform, processes) for (platform, processes), launches in matrix.PLAN.items()
+               for launch in launches for cell in matrix.cells_for(launch) if matrix.unplanned(cell, platform, processes)]
+    assert skipped
+    unchecked = []
+    for cell, platform, processes in skipped:
+        one = today.get((platform, 1, cell.key))
+        if one is None:  # that machine's one-process part has not run yet
+            unchecked.append(cell.key)
+            continue
+        assert matrix.status_of(one) == "refused", (platform, cell.key)
+        assert replay_verdict({**one, "processes": processes}, base)["refused"], (platform, processes, cell.key)
+    assert len(unchecked) < len(skipped)
 
 
 def test_the_page_is_rendered_from_the_committed_results():
     assert doc.DOC.read_text() == doc.render(doc.default_paths()), (
-        "docs/compatibility.md differs from what benchmarks/compatibility_doc.py renders from benchmarks/results: "
-        "run `make compatibility-doc` (and never edit the page by hand)")
+        "docs/compatibility.md differs from what benchmarks/compatibility_doc.py renders from benchmarks/results "
+        "and today's validator: run `make compatibility-doc` (and never edit the page by hand)")
 
 
 # --- the runner -----------------------------------------------------------------------------------------------
@@ -195,22 +137,42 @@ def test_a_rank_that_failed_alone_makes_the_cell_fail():
     assert matrix.merge_ranks([bad, bad])["outcome"]["error"] == "OSError: x"  # both alike: no rank to name
 
 
-def test_resume_records_the_cell_a_killed_launch_died_in(tmp_path, base_words):
-    out, work = tmp_path / "m.jsonl", tmp_path / "work"
-    only = ["32-true/deepspeed_cpu_adam/single/lora"]  # two refused cells: quick
-    setup = matrix.where()
-    group = matrix.group_dir(work, setup, ["single"], "1/1")
-    group.mkdir(parents=True)
-    (group / "current-cell.txt").write_text("32-true/deepspeed_cpu_adam/single/lora/ckpt-off")
-    matrix.main(["--launch", "single", "--out", str(out), "--work-dir", str(work), "--only", *only, "--resume"])
-    lines = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [line["key"] for line in lines] == ["32-true/deepspeed_cpu_adam/single/lora/ckpt-off",
-                                               "32-true/deepspeed_cpu_adam/single/lora/ckpt-on"]
-    assert lines[0]["outcome"]["error"].startswith("the launch died during this cell")
-    assert lines[0]["verdict"]["refused"] and matrix.status_of(lines[1]) == "refused"
-    assert not (group / "current-cell.txt").exists()
-    matrix.main(["--launch", "single", "--out", str(out), "--work-dir", str(work), "--only", *only, "--resume"])
-    assert len(out.read_text().splitlines()) == 2  # nothing left to do
+def test_a_cell_a_launch_died_in_runs_once_more_and_fails_if_it_dies_again(tmp_path, base_words):
+    work = tmp_path / "work"
+    group = matrix.group_dir(work, matrix.where(), ["single"], "1/1")
+    (group / "rank0").mkdir(parents=True)
+    marker = group / "current-cell.txt"
+
+    def resume(out, *only):
+        matrix.main(["--launch", "single", "--out", str(out), "--work-dir", str(work), "--only", *only, "--resume"])
+        return [json.loads(line) for line in out.read_text().splitlines()]
+
+    # Died once in ckpt-on: it goes first, then the rest (two refused cells: quick).
+    marker.write_text("32-true/deepspeed_cpu_adam/single/lora/ckpt-on 1")
+    lines = resume(tmp_path / "once.jsonl", "32-true/deepspeed_cpu_adam/single/lora")
+    assert [(line["key"].rsplit("/", 1)[1], matrix.status_of(line)) for line in lines] == [("ckpt-on", "refused"),
+                                                                              ("ckpt-off", "refused")]
+    assert not marker.exists()
+    assert len(resume(tmp_path / "once.jsonl", "32-true/deepspeed_cpu_adam/single/lora")) == 2  # nothing left
+
+    # Died twice: recorded as the cell's failure, with where the rank was; not run a third time.
+    marker.write_text("32-true/sgd/single/full/ckpt-off 2")
+    (group / "rank0" / "hang.txt").write_text('still running after 45 s, at:\n  File "x.py", line 3, in all_reduce')
+    [line] = resume(tmp_path / "twice.jsonl", "32-true/sgd/single/full/ckpt-off")
+    assert matrix.status_of(line) == "failed" and line["outcome"]["error"].startswith(matrix.DIED_TWICE)
+    assert "[rank0] still running after 45 s" in line["outcome"]["error"] and "in all_reduce" in line["outcome"]["error"]
+
+
+def test_a_cell_that_runs_too_long_ends_the_launch_saying_where_it_was(tmp_path, monkeypatch):
+    exits = []
+    monkeypatch.setattr(matrix.os, "_exit", exits.append)  # the real one would end pytest
+    with matrix.CellWatchdog(0.05, tmp_path / "hang.txt"):
+        time.sleep(0.5)  # a cell that hangs
+    assert exits == [matrix.EXIT_RESTART]
+    assert "time.sleep(0.5)" in (tmp_path / "hang.txt").read_text()
+    with matrix.CellWatchdog(5, tmp_path / "hang.txt"):
+        pass  # a cell that ends in time: no report, no exit
+    assert exits == [matrix.EXIT_RESTART] and not (tmp_path / "hang.txt").exists()
 
 
 def test_the_cells_and_the_plan():
@@ -227,7 +189,8 @@ def test_a_planned_cell_without_a_line_reads_not_run_yet(tmp_path):
     path.write_text(json.dumps(line) + "\n")
     page = doc.render([path])
     assert "**GPU (CUDA), 1 process**: all 90 cells: not run yet." in page
-    assert f"| CPU | {line['processes']} | 1 | 0 | 0 | 0 |" in page  # one works, the rest of the plan not run yet
+    # One works, the rest of that machine's plan is not run yet (or not planned).
+    assert f"| CPU | {line['processes']} | 1 | 0 | 0 | 0 | 0 |" in page
 
 
 def test_a_gpu_line_replays_with_the_gpu_facts(tmp_path):
@@ -236,7 +199,9 @@ def test_a_gpu_line_replays_with_the_gpu_facts(tmp_path):
             "versions": {**LINES[0]["versions"], "deepspeed": "0.19.8"}, "launch_env": {}}
 
     def verdict_for(cell, **changes):
-        return replay({**line, "key": cell.key, "words": cell.words(), **changes}, tmp_path)
+        base = [*matrix.BASE_WORDS, "--dataset_path", str(tmp_path / "p"), "--output_dir", str(tmp_path / "o"),
+                "--results_file", str(tmp_path / "r.jsonl")]
+        return replay_verdict({**line, "key": cell.key, "words": cell.words(), **changes}, base)
 
     assert not verdict_for(matrix.Cell("bf16-mixed", "adamw_torch_fused", "single", "qlora", True))["refused"]
     zero3 = {"launch_env": {"ACCELERATE_USE_DEEPSPEED": "true",

@@ -350,3 +350,18 @@ def test_single_yaml_pins_one_gpu():
     from accelerate.commands.launch import _validate_launch_command, launch_command_parser
     args = launch_command_parser().parse_args(["--config_file", str(CONFIGS / "single.yaml"), "recipes/train.py"])
     assert _validate_launch_command(args)[0].gpu_ids == "0"  # what the launcher turns into CUDA_VISIBLE_DEVICES
+
+
+def test_a_bitsandbytes_optimizer_under_fsdp_is_refused(launched):
+    launched("fsdp4.yaml")
+    problems = launch_problems(parse_args(["--optim", "paged_adamw_8bit", "--num_sample_captions", "0"]))
+    assert problems == ["optim: paged_adamw_8bit under FSDP: bitsandbytes' optimizer kernels take whole tensors, not "
+                        "FSDP2's sharded DTensors (NotImplementedError: no sharding strategy registered, "
+                        "docs/compatibility.md); use optim: adamw_torch_fused, or 8-bit Adam under "
+                        "accelerate_configs/ddp4.yaml"]
+
+
+def test_the_bitsandbytes_optimizers_are_those_transformers_builds_with_bitsandbytes():
+    from transformers.trainer_optimizer import _BITSANDBYTES_OPTIMIZERS
+
+    assert recipes.launch.BITSANDBYTES_OPTIMS == {name.value for name in _BITSANDBYTES_OPTIMIZERS}
