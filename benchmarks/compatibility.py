@@ -528,9 +528,11 @@ def group_dir(work: Path, setup: dict, launches: list[str], shard: str) -> Path:
 
 
 def git_dirty() -> bool | None:
-    """Whether tracked files differ from git_commit: the run then tested code no commit holds."""
+    """Whether tracked files differ from git_commit: the run then tested code no commit holds. The matrix's own
+    outputs do not count: `make compatibility` rewrites them while it runs."""
     try:
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                 ":!benchmarks/results", ":!docs/compatibility.md"], cwd=ROOT,
                                 capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
