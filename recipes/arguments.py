@@ -14,7 +14,7 @@ import yaml
 from transformers import HfArgumentParser, TrainingArguments
 
 from recipes.errors import ConfigError
-from recipes.launch import launch_deepspeed_words
+from recipes.launch import last_value, launch_deepspeed_words
 
 PRECISIONS = ("32-true", "bf16-true", "bf16-mixed", "fp16-mixed")
 
@@ -202,9 +202,9 @@ def parse_args(argv: list[str] | None = None) -> Arguments:
 
 def check_deepspeed_installed(words: list[str]) -> None:
     """A DeepSpeed config needs the deepspeed package; TrainingArguments would fail halfway through without it."""
-    if "--deepspeed" not in words or importlib.util.find_spec("deepspeed") is not None:
+    config = last_value(words, "--deepspeed")
+    if config is None or importlib.util.find_spec("deepspeed") is not None:
         return
-    config = words[len(words) - 1 - words[::-1].index("--deepspeed") + 1]
     raise ConfigError(
         f"deepspeed: {config} needs the deepspeed package, which is not installed; pip install deepspeed==0.19.8 "
         "(it compiles its CPU Adam on first use and needs a CUDA GPU), or drop the deepspeed key"
@@ -216,7 +216,7 @@ def check_optim_name(words: list[str]) -> None:
 
     The name is the one docs/compatibility.md uses for that optimizer; argparse alone would list 40 choices.
     """
-    if "--optim" in words and words[len(words) - words[::-1].index("--optim"):][:1] == ["deepspeed_cpu_adam"]:
+    if last_value(words, "--optim") == "deepspeed_cpu_adam":
         raise ConfigError(
             "optim: deepspeed_cpu_adam is not an optimizer transformers builds; DeepSpeed steps its CPU Adam only "
             "under a ZeRO config that offloads the optimizer: set deepspeed: ds_configs/zero2_offload.json (or "

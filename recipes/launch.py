@@ -192,7 +192,7 @@ def launch_deepspeed_words(words: list[str], environ=os.environ) -> list[str]:
     if launched == "none":
         raise ConfigError("accelerate config: distributed_type: DEEPSPEED without a deepspeed_config_file; name one of "
                           "ds_configs/*.json there (as accelerate_configs/zero3_offload4.yaml does)")
-    asked = _last_value(words, "--deepspeed")
+    asked = last_value(words, "--deepspeed")
     if asked is None:
         return ["--deepspeed", launched]
     if Path(asked).resolve() != Path(launched).resolve():
@@ -201,7 +201,8 @@ def launch_deepspeed_words(words: list[str], environ=os.environ) -> list[str]:
     return []
 
 
-def _last_value(words: list[str], flag: str) -> str | None:
+def last_value(words: list[str], flag: str) -> str | None:
+    """The value after the last `flag` in command-line words (the one argparse keeps), or None."""
     if flag not in words:
         return None
     at = len(words) - 1 - words[::-1].index(flag)
