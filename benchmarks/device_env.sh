@@ -7,3 +7,10 @@ if [ -d .whl ] && ! python3 -c "import datasets" 2>/dev/null; then
   export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
 fi
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+
+# The GPU recipes' photos (recipes/blip2/*.yaml: dataset_path data/synthetic_food-224), drawn once per machine;
+# the same set as `make data-224`, whose venv step the device machine skips.
+data_224() {
+  [ -f data/synthetic_food-224/dataset_dict.json ] ||
+    python3 -m data.synthetic --out data/synthetic_food-224 --size 224 --num-train 512 --num-test 64
+}

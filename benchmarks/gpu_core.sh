@@ -7,7 +7,7 @@ set -euo pipefail
 source "$(dirname "$0")/device_env.sh"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -c "import torch, transformers, accelerate; print('torch', torch.__version__, 'transformers', transformers.__version__, 'accelerate', accelerate.__version__)" | tee -a "$OUT/gpu.txt"
-python3 -m data.synthetic --out data/synthetic_food-224 --size 224 --num-train 512 --num-test 64
+data_224
 accelerate launch --config_file accelerate_configs/single.yaml recipes/train.py recipes/blip2/opt27-bf16.yaml \
   --output_dir /tmp/opt27-bf16 --results_file "$OUT/results.jsonl" "$@" 2>&1 | tee "$OUT/opt27-bf16.log"
 python3 benchmarks/results_table.py "$OUT/results.jsonl"

@@ -4,7 +4,7 @@
 # Also checks ZeRO-3 offload on opt-2.7b for 3 steps. On the device machine: bash benchmarks/gpu_generate.sh
 set -euo pipefail
 source "$(dirname "$0")/device_env.sh"
-[ -f data/synthetic_food-224/dataset_dict.json ] || python3 -m data.synthetic --out data/synthetic_food-224 --size 224 --num-train 512 --num-test 64
+data_224
 python3 - <<'PY'
 import torch
 from models.build import build_model

@@ -19,7 +19,7 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/gpu.t
 free -g | head -2 | tee -a "$OUT/gpu.txt"
 python3 -c "import torch, transformers, accelerate; print('torch', torch.__version__, 'transformers', transformers.__version__, 'accelerate', accelerate.__version__)" | tee -a "$OUT/gpu.txt"
 echo "NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-unset}" | tee -a "$OUT/gpu.txt"
-[ -f data/synthetic_food-224/dataset_dict.json ] || python3 -m data.synthetic --out data/synthetic_food-224 --size 224 --num-train 512 --num-test 64 > "$OUT/data.log" 2>&1
+data_224 > "$OUT/data.log" 2>&1
 # DeepSpeed compiles its CPU Adam on first use (about a minute of CPU): build it now, while runs 1-4 use the GPUs.
 python3 -c "from deepspeed.ops.op_builder import CPUAdamBuilder; CPUAdamBuilder().load()" > "$OUT/cpu_adam_build.log" 2>&1 &
 cpu_adam=$!

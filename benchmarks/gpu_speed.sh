@@ -18,7 +18,7 @@
 set -euo pipefail
 source "$(dirname "$0")/device_env.sh"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$OUT/gpu.txt"
-[ -f data/synthetic_food-224/dataset_dict.json ] || python3 -m data.synthetic --out data/synthetic_food-224 --size 224 --num-train 512 --num-test 64
+data_224
 
 recipe() {  # NAME RECIPE [overrides...]; LAUNCH="accelerate launch ..." to go through a launcher
   local name=$1 recipe=$2; shift 2
