@@ -193,7 +193,8 @@ def communication_buffers(model: Any) -> dict[str, Any] | None:
             "kept_gathered_bytes": sum(b for b, kept in units if kept), "all_gathered_bytes": sum(b for b, _ in units)}
 
 
-def memory_by_category(model: torch.nn.Module, optimizer: Any = None) -> dict[str, int | None]:
+def memory_by_category(model: torch.nn.Module, optimizer: Any = None,
+                       grad_buffers: list[torch.Tensor] | None = None) -> dict[str, int | None]:
     """Bytes this rank holds, per category; CUDA figures are None when CUDA is not in use.
 
     Keys: params/grads/optim × gpu/cpu (from the tensors themselves), allocated_bytes,
@@ -201,7 +202,8 @@ def memory_by_category(model: torch.nn.Module, optimizer: Any = None) -> dict[st
     (a residual: allocated − params_gpu − grads_gpu − optim_gpu, so activations plus everything not
     named above: workspace, temporary buffers, fragments of freed blocks still allocated; it can be
     negative when counted tensors live outside the allocator, e.g. bnb paged optimizers in managed memory),
-    rss_bytes (host resident set of this process).
+    rss_bytes (host resident set of this process). `grad_buffers`: gradient tensors kept while no parameter
+    holds them (CUDA graphs keep theirs across zero_grad: recipes/cuda_graphs.py); they count as grads.
     """
     tally = _Tally()
     inner = unwrap_optimizer(optimizer)
@@ -212,6 +214,7 @@ def memory_by_category(model: torch.nn.Module, optimizer: Any = None) -> dict[st
         tally.add("params", param)
         tally.add("params", getattr(param, "ds_tensor", None))  # ZeRO-3 partition (a view: counted once)
         tally.add("grads", param.grad)
+    tally.add("grads", grad_buffers)  # the same storages as param.grad while attached: counted once
     if inner is not None and zero_stage(inner) is None:
         tally.add("optim", list(getattr(inner, "state", {}).values()))
 
@@ -236,11 +239,12 @@ def format_snapshot(row: dict[str, Any]) -> str:
         value = row.get(key)
         return "  n/a" if value is None else f"{value / GIB:5.2f}"
 
+    pool = f" (graph pool {gib('graph_pool_bytes').strip()})" if row.get("graph_pool_bytes") else ""
     return (
         f"[step {row['step']:>5} | {row['phase']:<10}] "
         f"params {gib('params_gpu')} | grads {gib('grads_gpu')} | optim {gib('optim_gpu')} | "
         f"act+other {gib('act_other_bytes')} | alloc {gib('allocated_bytes')} (peak {gib('peak_allocated_bytes')}) | "
-        f"reserved {gib('reserved_bytes')} | cpu: params {gib('params_cpu')} grads {gib('grads_cpu')} "
+        f"reserved {gib('reserved_bytes')}{pool} | cpu: params {gib('params_cpu')} grads {gib('grads_cpu')} "
         f"optim {gib('optim_cpu')} rss {gib('rss_bytes')} | GiB"
     )
 
@@ -280,6 +284,7 @@ class MemoryCallback(TrainerCallback):
         self._want_after_fwd = False
         self._unlogged: list[dict[str, Any]] = []
         self._rank = 0
+        self.graphed_steps = None  # set by GraphedTrainer (recipes/cuda_graphs.py): its pool and replay peak count too
 
     def is_snapshot_step(self, step: int) -> bool:
         return step in (0, 1) or step % self.every == 0
@@ -290,7 +295,12 @@ class MemoryCallback(TrainerCallback):
 
     def _take(self, state, phase: str) -> None:
         row = {"rank": self._rank, "step": state.global_step, "phase": phase, "time_s": time.time()}
-        row.update(memory_by_category(self._model, self._optimizer))
+        graphs = self.graphed_steps
+        row.update(memory_by_category(self._model, self._optimizer, graphs.grads if graphs is not None else None))
+        if graphs is not None and row["peak_allocated_bytes"] is not None:
+            # A replay's activations are invisible to the allocator's counters: the pool holds them.
+            row["graph_pool_bytes"] = graphs.pool_bytes
+            row["peak_allocated_bytes"] = max(row["peak_allocated_bytes"], graphs.step_peak_bytes)
         self.rows.append(row)
         self._unlogged.append(row)
         if self.print_rank0 and self._rank == 0:
@@ -321,11 +331,17 @@ class MemoryCallback(TrainerCallback):
         self._want_after_fwd = snapshot
         if snapshot:
             if torch.cuda.is_available() and torch.cuda.is_initialized():
-                self._note_peak()
+                self.note_peak()
                 torch.cuda.reset_peak_memory_stats()
+                if self.graphed_steps is not None:
+                    self.graphed_steps.step_peak_bytes = 0
             self._take(state, "before_fwd")
 
+    def on_substep_end(self, args, state, control, **kwargs):
+        self._want_after_fwd = False  # only the step's first forward; a replayed one (CUDA graph) fires no hook
+
     def on_pre_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
+        self._want_after_fwd = False
         self._mark(state, "after_bwd")
         if self.is_snapshot_step(state.global_step):
             self._take(state, "after_bwd")
@@ -364,19 +380,22 @@ class MemoryCallback(TrainerCallback):
             state.log_history[-1].update(values)
 
     def on_train_end(self, args, state, control, **kwargs):
-        self._note_peak()
+        self.note_peak()
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
 
-    def _note_peak(self) -> None:
+    def note_peak(self) -> None:
+        """Folds the allocator's peak (and a CUDA graph replay's) into the run's peak, before anyone resets it."""
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             peak = torch.cuda.max_memory_allocated()
+            if self.graphed_steps is not None:
+                peak = max(peak, self.graphed_steps.peak_bytes)
             self.run_peak_allocated_bytes = max(self.run_peak_allocated_bytes or 0, peak)
 
     def peak_allocated_bytes(self) -> int | None:
         """The run's CUDA peak so far on this rank (None without CUDA)."""
-        self._note_peak()
+        self.note_peak()
         return self.run_peak_allocated_bytes
 
 

@@ -128,6 +128,8 @@ def write_run_record(trainer: Any, *, status: str, recipe: str, config: dict[str
         "summary_per_rank": [r["summary"] for r in ranks],
         "ranks_recorded": [r["rank"] for r in ranks],
         "comm_buffers_per_rank": [r["comm_buffers"] for r in ranks],
+        # What CUDA graphs captured and replayed (recipes/cuda_graphs.py); None when the recipe did not ask.
+        "cuda_graphs": graphed.report() if (graphed := getattr(trainer, "graphed_steps", None)) is not None else None,
         "effective_config": effective,
         "last_phase": {"step": memory.last_step, "phase": memory.last_phase} if memory is not None else None,
         "snapshots": [row for r in ranks for row in r["snapshots"]],

@@ -18,12 +18,15 @@ IGNORE_INDEX = -100  # the label value the loss skips
 class CaptionCollator:
     """Preprocesses images and tokenises captions; also builds generation inputs for the same model."""
 
-    def __init__(self, processor: Blip2Processor, *, decoder_only: bool, prompt: str = "", max_caption_tokens: int = 48):
+    def __init__(self, processor: Blip2Processor, *, decoder_only: bool, prompt: str = "", max_caption_tokens: int = 48,
+                 pad_to_multiple_of: int = 1):
         self.processor = processor
         self.tokenizer = processor.tokenizer
         self.decoder_only = decoder_only
         self.prompt = prompt
         self.max_caption_tokens = max_caption_tokens
+        # Fewer distinct batch widths: each width is one CUDA graph (recipes/cuda_graphs.py) or one kernel-plan set.
+        self.pad_to_multiple_of = pad_to_multiple_of
         self.image_token_id = self.tokenizer.convert_tokens_to_ids(processor.image_token.content)
         self.image_tokens = [self.image_token_id] * processor.num_query_tokens
 
@@ -62,20 +65,21 @@ class CaptionCollator:
             caption_ids = self.caption_ids(caption)
             rows.append(prefix + caption_ids)
             label_rows.append([IGNORE_INDEX] * len(prefix) + caption_ids)
-        input_ids, attention_mask = self._pad(rows, self.tokenizer.pad_token_id)
-        labels, _ = self._pad(label_rows, IGNORE_INDEX)
+        input_ids, attention_mask = self._pad(rows, self.tokenizer.pad_token_id, multiple=self.pad_to_multiple_of)
+        labels, _ = self._pad(label_rows, IGNORE_INDEX, multiple=self.pad_to_multiple_of)
         return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
     def _encoder_decoder_batch(self, captions: list[str]) -> dict[str, torch.Tensor]:
         encoder_row = self.image_tokens + self.prompt_ids()
         input_ids, attention_mask = self._pad([encoder_row] * len(captions), self.tokenizer.pad_token_id)
-        labels, _ = self._pad([self.caption_ids(caption) for caption in captions], IGNORE_INDEX)
+        labels, _ = self._pad([self.caption_ids(caption) for caption in captions], IGNORE_INDEX,
+                              multiple=self.pad_to_multiple_of)
         return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
     @staticmethod
-    def _pad(rows: list[list[int]], value: int, left: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """Pad to the longest row in this batch (dynamic padding), returning the ids and the attention mask."""
-        width = max(len(row) for row in rows)
+    def _pad(rows: list[list[int]], value: int, left: bool = False, multiple: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pad to the longest row in this batch (dynamic padding), rounded up to `multiple`; returns ids and mask."""
+        width = -(-max(len(row) for row in rows) // multiple) * multiple
         ids = torch.full((len(rows), width), value, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
         for i, row in enumerate(rows):

@@ -54,6 +54,10 @@ class DataArguments:
     num_eval_samples: int | None = field(default=None, metadata={"help": "Evaluate on the first N after a seeded shuffle."})
     prompt: str = field(default="", metadata={"help": "Text the model reads before the caption (not trained on)."})
     max_caption_tokens: int = field(default=48, metadata={"help": "Longer captions are cut to this many tokens."})
+    pad_to_multiple_of: int = field(
+        default=1, metadata={"help": "Pad each batch's sequences to a multiple of this many tokens (1: to the longest "
+                             "row): fewer distinct shapes, hence fewer CUDA graphs under cuda_graphs."}
+    )
     skip_bad_examples: bool = field(
         default=True,
         metadata={"help": "Every image is opened before training: true drops examples whose image does not decode or "
@@ -76,6 +80,14 @@ class StrategyArguments:
     profile_steps: int = field(
         default=0, metadata={"help": "Profile N optimizer steps after step 2 with torch.profiler: the top operators "
                              "and a trace go to output_dir/profile/ (callbacks/profiler.py); 0: off."}
+    )
+    cuda_graphs: bool = field(
+        default=False,
+        metadata={"help": "Replay each micro-batch's forward and backward as one CUDA graph (one per batch shape): "
+                  "the host launches one graph instead of thousands of kernels. One GPU; see docs/speed.md."},
+    )
+    cuda_graph_max_shapes: int = field(
+        default=4, metadata={"help": "cuda_graphs: capture at most this many batch shapes; others run eagerly."}
     )
     results_file: str = field(default="runs/results.jsonl", metadata={"help": "Every run appends one JSON record here."})
     num_sample_captions: int = field(

@@ -7,7 +7,7 @@ import torch
 
 from recipes.arguments import Arguments
 from recipes.errors import ConfigError
-from recipes.launch import launch_problems
+from recipes.launch import launch_problems, read_launch
 from recipes.outputs import output_dir_problems
 
 
@@ -30,6 +30,7 @@ def check_compatible(args: Arguments) -> None:
     problems += model_problems(args)
     problems += strategy_problems(args)
     problems += launch_problems(args)  # DDP, FSDP and DeepSpeed launches (recipes/launch.py)
+    problems += cuda_graph_problems(args)
     if problems:
         raise ConfigError("\n".join(problems))
 
@@ -45,9 +46,43 @@ def hardware_problems(args: Arguments) -> list[str]:
 
 
 def data_option_problems(args: Arguments) -> list[str]:
+    problems = []
     if args.data.max_image_pixels <= 0:
-        return [f"max_image_pixels: {args.data.max_image_pixels}; use a positive pixel count such as 64000000"]
-    return []
+        problems.append(f"max_image_pixels: {args.data.max_image_pixels}; use a positive pixel count such as 64000000")
+    if args.data.pad_to_multiple_of <= 0:
+        problems.append(f"pad_to_multiple_of: {args.data.pad_to_multiple_of}; use 1 (no rounding) or more, such as 8")
+    return problems
+
+
+def cuda_available() -> bool:
+    return torch.cuda.is_available()
+
+
+def cuda_graph_problems(args: Arguments) -> list[str]:
+    """What cuda_graphs (recipes/cuda_graphs.py) cannot record, or has not been verified to record, on this run."""
+    strategy, training = args.strategy, args.training
+    if not strategy.cuda_graphs:
+        return []
+    if not cuda_available() or training.use_cpu:
+        return ["cuda_graphs: true needs a CUDA GPU; drop it on the CPU"]
+    problems = []
+    if strategy.cuda_graph_max_shapes < 1:
+        problems.append(f"cuda_graph_max_shapes: {strategy.cuda_graph_max_shapes}; use 1 or more")
+    if read_launch(training).strategy != "single":
+        problems.append("cuda_graphs: true runs one process on one GPU; DDP, FSDP and DeepSpeed step outside the "
+                        "graph's reach: drop cuda_graphs, or launch with accelerate_configs/single.yaml")
+    if training.gradient_checkpointing:
+        problems.append("cuda_graphs with gradient_checkpointing is not verified (the recompute saves and restores "
+                        "the RNG state); turn one of them off")
+    if strategy.load_in_4bit:
+        problems.append("cuda_graphs with load_in_4bit is not verified (bitsandbytes' kernels in a graph); "
+                        "drop cuda_graphs for QLoRA")
+    if strategy.precision == "fp16-mixed":
+        problems.append("cuda_graphs with fp16-mixed is not verified (the loss scaler); use bf16-true or bf16-mixed")
+    if training.torch_empty_cache_steps:
+        problems.append("torch_empty_cache_steps empties the allocator's cache inside the step, which a CUDA graph "
+                        "cannot record; drop it with cuda_graphs")
+    return problems
 
 
 def model_problems(args: Arguments) -> list[str]:

@@ -21,6 +21,7 @@ import torch  # noqa: E402
 from transformers import Trainer, set_seed  # noqa: E402
 
 from callbacks import (  # noqa: E402
+    MemoryCallback,
     blip2_flops_per_sample,
     build_callbacks,
     format_summary,
@@ -41,6 +42,7 @@ from models.generation import generate_captions  # noqa: E402
 from models.presets import language_family  # noqa: E402
 from recipes.arguments import Arguments, model_dtype, parse_args  # noqa: E402
 from recipes.checks import check_compatible  # noqa: E402
+from recipes.cuda_graphs import GraphedTrainer  # noqa: E402
 from recipes.errors import EXIT_USER_ERROR, AltscaleError  # noqa: E402
 from recipes.launch import configure_fsdp, quant_storage, read_launch, route_checkpointing  # noqa: E402
 from recipes.publish import publish_run, push_adjustment, trainer_args_without_push  # noqa: E402
@@ -84,6 +86,7 @@ def main(argv: list[str] | None = None) -> dict:
         decoder_only=model.config.use_decoder_only_language_model,
         prompt=args.data.prompt,
         max_caption_tokens=args.data.max_caption_tokens,
+        pad_to_multiple_of=args.data.pad_to_multiple_of,
     )
     trainer = build_trainer(args, model, processor, collator, train_set, eval_set, startup)
     configure_fsdp(trainer, launch)  # FSDP units and checkpointing from the built model, before the Trainer wraps it
@@ -168,7 +171,11 @@ def build_trainer(args: Arguments, model, processor, collator: CaptionCollator, 
     )
     if args.strategy.profile_steps:
         callbacks.append(ProfilerCallback(args.strategy.profile_steps, args.training.output_dir))
-    trainer = Trainer(
+    graphs = {}
+    if args.strategy.cuda_graphs:  # recipes/cuda_graphs.py; checks.cuda_graph_problems refused what it cannot run
+        graphs = {"cuda_graph_max_shapes": args.strategy.cuda_graph_max_shapes, "memory_callback": next(cb for cb in callbacks if isinstance(cb, MemoryCallback))}
+    trainer = (GraphedTrainer if graphs else Trainer)(
+        **graphs,
         model=model,
         args=trainer_args_without_push(args.training),  # publish_run pushes, after training (recipes/publish.py)
         data_collator=collator,

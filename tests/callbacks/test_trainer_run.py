@@ -76,9 +76,9 @@ def test_results_record_has_every_field(tmp_path):
     assert record["recipe"] == returned["recipe"] == "tiny"
     assert set(record) == {
         "time", "recipe", "status", "error", "strategy", "world_size", "device_name", "versions", "git_commit",
-        "config", "summary", "summary_per_rank", "ranks_recorded", "comm_buffers_per_rank", "effective_config",
+        "config", "summary", "summary_per_rank", "ranks_recorded", "comm_buffers_per_rank", "cuda_graphs", "effective_config",
         "last_phase", "snapshots"}
-    assert record["ranks_recorded"] == [0] and record["comm_buffers_per_rank"] == [None]  # one process: no DDP, no FSDP
+    assert record["ranks_recorded"] == [0] and record["comm_buffers_per_rank"] == [None] and record["cuda_graphs"] is None  # one process: no DDP, no FSDP
     assert (record["status"], record["error"], record["world_size"], record["device_name"]) == ("ok", None, 1, "cpu")
     assert record["strategy"] == "single device"
     assert record["config"]["memory"] == {"memory_log_steps": 2}

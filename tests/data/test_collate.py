@@ -116,3 +116,14 @@ def test_a_batch_of_mixed_modes_collates(setup):
     modes = ("L", "LA", "P", "RGBA", "CMYK", "I;16", "RGB")
     batch = collator([{"image": Image.new(mode, (40, 30)), "text": "a plate"} for mode in modes])
     assert tuple(batch["pixel_values"].shape[:2]) == (len(modes), 3)
+
+
+def test_pad_to_multiple_of_rounds_the_width_and_changes_no_label(setup):
+    model, processor, collator = setup
+    rounded = CaptionCollator(processor, decoder_only=model.config.use_decoder_only_language_model,
+                              prompt="a photo of", pad_to_multiple_of=16)
+    plain, padded = collator(examples()), rounded(examples())
+    assert padded["labels"].shape[1] % 16 == 0 and padded["labels"].shape[1] >= plain["labels"].shape[1]
+    for a, b in zip(plain["labels"], padded["labels"]):
+        assert a[a != IGNORE_INDEX].tolist() == b[b != IGNORE_INDEX].tolist()
+    assert padded["attention_mask"].sum() == plain["attention_mask"].sum()

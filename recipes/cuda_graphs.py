@@ -1,0 +1,223 @@
+"""Replay each micro-batch's forward and backward as one CUDA graph: the host launches one graph, not ~5,000 kernels.
+
+On the GPUs we measured, an eager BLIP-2 step is bound by the host: the Python and dispatcher work that launches
+each kernel takes longer than the kernel (docs/speed.md). A CUDA graph records the kernels of one forward+backward
+once and replays them with a single launch; the numerics are the eager ones, kernel for kernel.
+
+How it fits the Trainer (`GraphedTrainer.training_step`, transformers 5.17's own step inside):
+- A graph fixes every shape and address. A batch's signature (shapes and dtypes of its tensors, the accumulation
+  count) picks its graph. The first batch of a signature runs eagerly, which also builds that shape's cuBLAS and
+  cuDNN plans; the second is captured, and every later one replays. At most `max_graphs` signatures are captured
+  (captions padded to a multiple, `pad_to_multiple_of`, keep them few); the rest run eagerly. All graphs share one
+  memory pool: they run one at a time, so the pool is as large as the largest graph's activations, not their sum.
+- Inputs are copied into the graph's own input tensors before each replay; the loss is copied out.
+- Gradients accumulate inside the graph into tensors whose addresses the graph holds. The Trainer frees gradients
+  after each optimizer step (`model.zero_grad()` sets them to None), so before each micro-batch every trainable
+  parameter gets its gradient tensor back, zeroed if it had been let go. These are the gradients eager training
+  would allocate anyway; they are simply never freed.
+- If a capture fails (an operation that cannot be recorded, such as a host sync), the run goes on eagerly and the
+  reason is kept for the run record.
+
+Memory: during a replay the allocator sees nothing, so `torch.cuda.max_memory_allocated` misses the activations.
+`peak_bytes` adds them back: memory allocated just before a replay plus the most the graph held live while it was
+captured (measured at capture). `pool_bytes` is what the shared pool reserves.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from transformers import Trainer
+
+
+class CudaGraphBackend:
+    """torch.cuda.CUDAGraph captures sharing one memory pool (the real thing; tests substitute a CPU stand-in)."""
+
+    def __init__(self) -> None:
+        self.pool = None
+
+    def capture(self, fn: Callable[[], torch.Tensor]) -> tuple[Callable[[], None], torch.Tensor]:
+        """Record `fn` (nothing runs); returns the replay function and `fn`'s output, which each replay rewrites."""
+        graph = torch.cuda.CUDAGraph()
+        # thread_local: the DataLoader's pin-memory thread may allocate pinned host memory during a capture.
+        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+            output = fn()
+        if self.pool is None:
+            self.pool = graph.pool()
+        return graph.replay, output
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize()
+
+    def allocated(self) -> int:
+        return torch.cuda.memory_allocated()
+
+    def reserved(self) -> int:
+        return torch.cuda.memory_reserved()
+
+    def peak(self) -> int:
+        return torch.cuda.max_memory_allocated()
+
+    def reset_peak(self) -> None:
+        torch.cuda.reset_peak_memory_stats()
+
+    def release_cached(self) -> None:
+        torch.cuda.empty_cache()
+
+
+class _Graph:
+    def __init__(self, inputs: dict[str, Any], num_items: torch.Tensor | None) -> None:
+        # The graph reads these tensors: each replay first copies the batch into them.
+        self.inputs = {k: v.clone() if torch.is_tensor(v) else v for k, v in inputs.items()}
+        self.num_items = num_items.clone() if num_items is not None else None
+        self.replay: Callable[[], None] | None = None
+        self.loss: torch.Tensor | None = None
+        self.live_bytes = 0  # the most the graph holds at once (its activations), measured at capture
+
+    def load(self, inputs: dict[str, Any], num_items: torch.Tensor | None) -> None:
+        for name, value in inputs.items():
+            if torch.is_tensor(value):
+                self.inputs[name].copy_(value, non_blocking=True)
+        if num_items is not None:
+            self.num_items.copy_(num_items, non_blocking=True)
+
+
+class GraphedSteps:
+    """Forward+backward of micro-batches as CUDA graphs, one per batch signature (see the module docstring)."""
+
+    def __init__(self, params: list[torch.nn.Parameter], max_graphs: int = 4, backend=None,
+                 before_peak_reset: Callable[[], None] | None = None) -> None:
+        if max_graphs < 1:
+            raise ValueError(f"cuda_graph_max_shapes: {max_graphs}; use 1 or more")
+        self.params = [p for p in params if p.requires_grad]
+        self.max_graphs = max_graphs
+        self.backend = backend or CudaGraphBackend()
+        self.before_peak_reset = before_peak_reset  # lets the memory callback keep its run peak first
+        self.grads: list[torch.Tensor] | None = None
+        self.graphs: dict[tuple, _Graph] = {}
+        self.seen: set[tuple] = set()
+        self.failed: str | None = None  # why capturing stopped, if it did
+        self.eager_steps = 0
+        self.replays = 0
+        self.pool_bytes = 0
+        self.peak_bytes = 0
+        self.step_peak_bytes = 0  # since the memory callback last reset the allocator's peak
+
+    def __call__(self, run: Callable[[dict, Any], torch.Tensor], inputs: dict[str, Any], num_items: Any,
+                 extra_key: tuple = ()) -> torch.Tensor:
+        """One micro-batch: `run(inputs, num_items)` is the eager forward+backward, returning the detached loss."""
+        device = next(v.device for v in inputs.values() if torch.is_tensor(v))
+        if isinstance(num_items, int):  # a Python count would be baked into the graph as a constant
+            num_items = torch.tensor(num_items, device=device)
+        self._attach_grads()
+        key = signature(inputs, num_items) + extra_key
+        graph = self.graphs.get(key)
+        if graph is None:
+            if key not in self.seen or self.failed or len(self.graphs) >= self.max_graphs:
+                self.seen.add(key)
+                self.eager_steps += 1
+                return run(inputs, num_items)
+            graph = self._capture(run, inputs, num_items, key)
+            if graph is None:
+                self.eager_steps += 1
+                return run(inputs, num_items)
+        graph.load(inputs, num_items)
+        during = self.backend.allocated() + graph.live_bytes
+        self.peak_bytes, self.step_peak_bytes = max(self.peak_bytes, during), max(self.step_peak_bytes, during)
+        graph.replay()
+        self.replays += 1
+        return graph.loss.clone()
+
+    def _attach_grads(self) -> None:
+        """Every trainable parameter holds its own gradient tensor; zero those the Trainer had let go."""
+        if self.grads is None:
+            self.grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in self.params]
+            for param, grad in zip(self.params, self.grads):
+                param.grad = grad
+            return
+        released = []
+        for param, grad in zip(self.params, self.grads):
+            if param.grad is None:
+                param.grad = grad
+                released.append(grad)
+            elif param.grad is not grad:  # someone replaced it: keep its values in the tensor the graphs write to
+                grad.copy_(param.grad)
+                param.grad = grad
+        if released:
+            torch._foreach_zero_(released)
+
+    def _capture(self, run, inputs, num_items, key) -> _Graph | None:
+        graph = _Graph(inputs, num_items)
+        backend = self.backend
+        backend.synchronize()
+        backend.release_cached()  # the eager step's cached activations go back, for the graph's pool to take
+        if self.before_peak_reset is not None:
+            self.before_peak_reset()
+        reserved, allocated = backend.reserved(), backend.allocated()
+        backend.reset_peak()
+        try:
+            graph.replay, graph.loss = backend.capture(lambda: run(graph.inputs, graph.num_items))
+        except Exception as err:  # noqa: BLE001 (any failure to record: fall back to eager, say why)
+            self.failed = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}".strip()
+            backend.synchronize()
+            backend.release_cached()
+            print(f"cuda_graphs: capture failed, training on eagerly ({self.failed})", flush=True)
+            return None
+        graph.live_bytes = max(0, backend.peak() - allocated)
+        self.pool_bytes += max(0, backend.reserved() - reserved)
+        self.graphs[key] = graph
+        return graph
+
+    def report(self) -> dict[str, Any]:
+        """What ran, for the run record."""
+        return {
+            "graphs": len(self.graphs),
+            "shapes": [describe(key) for key in self.graphs],
+            "replays": self.replays,
+            "eager_micro_batches": self.eager_steps,
+            "pool_bytes": self.pool_bytes,
+            "peak_bytes": self.peak_bytes,
+            "capture_failed": self.failed,
+        }
+
+
+def signature(inputs: dict[str, Any], num_items: Any) -> tuple:
+    """What a graph fixes about a batch: each tensor's shape and dtype, every other value itself."""
+    parts = []
+    for name in sorted(inputs):
+        value = inputs[name]
+        parts.append((name, tuple(value.shape), str(value.dtype)) if torch.is_tensor(value) else (name, repr(value)))
+    parts.append(("num_items_in_batch", None if num_items is None else tuple(num_items.shape)))
+    return tuple(parts)
+
+
+def describe(key: tuple) -> str:
+    return " ".join(f"{part[0]}{list(part[1])}" for part in key if isinstance(part, tuple) and len(part) == 3)
+
+
+class GraphedTrainer(Trainer):
+    """The Trainer, with each micro-batch's forward+backward replayed as a CUDA graph (`cuda_graphs: true`)."""
+
+    def __init__(self, *args, cuda_graph_max_shapes: int = 4, graph_backend=None, memory_callback=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._graph_settings = (cuda_graph_max_shapes, graph_backend, memory_callback)
+        self.graphed_steps: GraphedSteps | None = None
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        if self.graphed_steps is None:
+            max_graphs, backend, memory = self._graph_settings
+            self.graphed_steps = GraphedSteps(
+                list(model.parameters()), max_graphs=max_graphs, backend=backend,
+                before_peak_reset=memory.note_peak if memory is not None else None,
+            )
+            if memory is not None:
+                memory.graphed_steps = self.graphed_steps
+        eager = super().training_step
+        return self.graphed_steps(
+            lambda batch, num_items: eager(model, batch, num_items),
+            self._prepare_inputs(inputs),
+            num_items_in_batch,
+            # Baked into a graph as constants by the Trainer's step: a different value needs its own graph.
+            extra_key=(("accumulation", self.current_gradient_accumulation_steps),),
+        )
