@@ -12,6 +12,7 @@
 #   bf16-workers8                            opt27-bf16 with 8 DataLoader workers prefetching 4 batches each
 #   bf16-compile                             opt27-bf16 with torch_compile and accelerate's regional compilation
 #   bf16-graphs | mixed-graphs | fp32-tf32-graphs   bf16 | mixed | fp32-tf32 with cuda_graphs: true
+#   tiny-graphs                              the tiny demo recipe with cuda_graphs (seconds: does the capture work here?)
 #   bf16-graphs-profile                      bf16-graphs with torch.profiler over steps 3-5 ($OUT/profile-graphs.txt)
 #   imports | collate                        import time of recipes/train.py ($OUT/imports.txt); batch preprocessing time
 # Every recipe run trains 512 photos x 2 epochs, logs every 4 optimizer steps and saves nothing. One GPU needs no
@@ -46,6 +47,7 @@ for part in "$@"; do
     bf16-launch) LAUNCH="accelerate launch --config_file accelerate_configs/single.yaml" recipe bf16-launch opt27-bf16 ;;
     bf16-profile) recipe bf16-profile opt27-bf16 --profile_steps 3; cp /tmp/speed-bf16-profile/profile/profile.txt "$OUT/" ;;
     bf16-workers8) recipe bf16-workers8 opt27-bf16 --dataloader_num_workers 8 --dataloader_prefetch_factor 4 ;;
+    tiny-graphs) recipe tiny-graphs tiny-opt-demo --cuda_graphs true --num_sample_captions 0 ;;
     bf16-graphs) recipe bf16-graphs opt27-bf16 --cuda_graphs true ;;
     mixed-graphs) recipe mixed-graphs opt27-bf16-mixed --cuda_graphs true ;;
     fp32-tf32-graphs) recipe fp32-tf32-graphs opt27-fp32-b16 --tf32 true --cuda_graphs true ;;

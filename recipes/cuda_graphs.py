@@ -15,8 +15,14 @@ How it fits the Trainer (`GraphedTrainer.training_step`, transformers 5.17's own
   after each optimizer step (`model.zero_grad()` sets them to None), so before each micro-batch every trainable
   parameter gets its gradient tensor back, zeroed if it had been let go. These are the gradients eager training
   would allocate anyway; they are simply never freed.
-- If a capture fails (an operation that cannot be recorded, such as a host sync), the run goes on eagerly and the
-  reason is kept for the run record.
+- A graph cannot hold an operation that waits for the host. The first (eager) batch of a signature runs with
+  torch's sync check on: a signature whose step synchronizes is never captured and runs eagerly, and the run record
+  says where. Two such waits in transformers 5.17's BLIP-2 step are removed while graphs are on (`capture_safe`):
+  the backward of `masked_scatter` (placing the 32 query outputs among the text embeddings) selects with a
+  data-dependent size, so it is replaced by the same copy written as a gather (identical values and gradients); and
+  the attention-mask helpers, which read the mask on the host to skip it when nothing is padded, are told they are
+  being traced, as they are during a capture, so the eager batch and the capture build the same masks and kernels.
+- If a capture still fails, the run goes on eagerly and the reason is kept for the run record.
 
 Memory: during a replay the allocator sees nothing, so `torch.cuda.max_memory_allocated` misses the activations.
 `peak_bytes` adds them back: memory allocated just before a replay plus the most the graph held live while it was
@@ -25,9 +31,13 @@ captured (measured at capture). `pool_bytes` is what the shared pool reserves.
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
+from torch.overrides import TorchFunctionMode
 from transformers import Trainer
 
 
@@ -46,6 +56,24 @@ class CudaGraphBackend:
         if self.pool is None:
             self.pool = graph.pool()
         return graph.replay, output
+
+    def syncs_during(self, fn: Callable[[], Any]) -> tuple[Any, list[str]]:
+        """Runs `fn` with torch's sync debug mode warning; returns its result and where it synchronized."""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                result = fn()
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        return result, [f"{Path(w.filename).name}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)]
+
+    def recover(self) -> None:
+        """After a failed capture: torch leaves its CUDA RNG in capture mode (every later dropout fails); an empty
+        capture closes it."""
+        torch.cuda.synchronize()
+        with torch.cuda.graph(torch.cuda.CUDAGraph(), capture_error_mode="thread_local"):
+            pass
 
     def synchronize(self) -> None:
         torch.cuda.synchronize()
@@ -97,6 +125,7 @@ class GraphedSteps:
         self.grads: list[torch.Tensor] | None = None
         self.graphs: dict[tuple, _Graph] = {}
         self.seen: set[tuple] = set()
+        self.uncapturable: dict[tuple, list[str]] = {}  # signature -> where its step synchronized
         self.failed: str | None = None  # why capturing stopped, if it did
         self.eager_steps = 0
         self.replays = 0
@@ -114,14 +143,23 @@ class GraphedSteps:
         key = signature(inputs, num_items) + extra_key
         graph = self.graphs.get(key)
         if graph is None:
-            if key not in self.seen or self.failed or len(self.graphs) >= self.max_graphs:
-                self.seen.add(key)
-                self.eager_steps += 1
-                return run(inputs, num_items)
-            graph = self._capture(run, inputs, num_items, key)
-            if graph is None:
-                self.eager_steps += 1
-                return run(inputs, num_items)
+            with capture_safe():
+                if key not in self.seen:  # first sight: eager, and watched for host syncs
+                    self.seen.add(key)
+                    self.eager_steps += 1
+                    loss, syncs = self.backend.syncs_during(lambda: run(inputs, num_items))
+                    if syncs:
+                        self.uncapturable[key] = syncs
+                        print(f"cuda_graphs: not capturing {describe(key)}: the step waits for the host at "
+                              f"{', '.join(sorted(set(syncs)))}", flush=True)
+                    return loss
+                if self.failed or key in self.uncapturable or len(self.graphs) >= self.max_graphs:
+                    self.eager_steps += 1
+                    return run(inputs, num_items)
+                graph = self._capture(run, inputs, num_items, key)
+                if graph is None:
+                    self.eager_steps += 1
+                    return run(inputs, num_items)
         graph.load(inputs, num_items)
         during = self.backend.allocated() + graph.live_bytes
         self.peak_bytes, self.step_peak_bytes = max(self.peak_bytes, during), max(self.step_peak_bytes, during)
@@ -159,10 +197,14 @@ class GraphedSteps:
         try:
             graph.replay, graph.loss = backend.capture(lambda: run(graph.inputs, graph.num_items))
         except Exception as err:  # noqa: BLE001 (any failure to record: fall back to eager, say why)
-            self.failed = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}".strip()
-            backend.synchronize()
-            backend.release_cached()
+            self.failed = root_cause(err)
             print(f"cuda_graphs: capture failed, training on eagerly ({self.failed})", flush=True)
+            try:
+                backend.recover()
+                backend.release_cached()
+            except Exception as again:  # noqa: BLE001
+                raise RuntimeError(f"cuda_graphs: capture failed ({self.failed}) and CUDA did not recover "
+                                   f"({root_cause(again)}); run without cuda_graphs") from None
             return None
         graph.live_bytes = max(0, backend.peak() - allocated)
         self.pool_bytes += max(0, backend.reserved() - reserved)
@@ -179,7 +221,54 @@ class GraphedSteps:
             "pool_bytes": self.pool_bytes,
             "peak_bytes": self.peak_bytes,
             "capture_failed": self.failed,
+            "not_captured": {describe(key): sorted(set(where)) for key, where in self.uncapturable.items()},
         }
+
+
+def root_cause(err: BaseException) -> str:
+    """The first error of a chain: a failed capture reports "operation failed due to a previous error during
+    capture", raised while the real one (the operation that could not be recorded) is its context."""
+    while err.__cause__ is not None or err.__context__ is not None:
+        err = err.__cause__ or err.__context__
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}".strip()
+
+
+@contextlib.contextmanager
+def capture_safe():
+    """BLIP-2's training step without its two host waits (see the module docstring), for eager and captured runs."""
+    import transformers.masking_utils as masking
+
+    traced = masking.is_tracing
+    masking.is_tracing = lambda *args, **kwargs: True
+    try:
+        with _GatherForMaskedScatter():
+            yield
+    finally:
+        masking.is_tracing = traced
+
+
+class _GatherForMaskedScatter(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.Tensor.masked_scatter:
+            placed = masked_scatter_rows(*args, **kwargs)
+            if placed is not None:
+                return placed
+        return func(*args, **kwargs)
+
+
+def masked_scatter_rows(target: torch.Tensor, mask: torch.Tensor, source: torch.Tensor) -> torch.Tensor | None:
+    """`target.masked_scatter(mask, source)` where `mask` selects whole rows of the last dimension (its last size is
+    1), written as a gather: its backward is a scatter-add, where masked_scatter's selects with a size only the
+    device knows. None for other masks (the caller falls back to masked_scatter)."""
+    width = target.shape[-1]
+    if mask.dtype != torch.bool or mask.dim() != target.dim() or mask.shape[-1] != 1 or source.shape[-1] != width:
+        return None
+    rows = mask.expand(*target.shape[:-1], 1).reshape(-1)
+    take = (rows.long().cumsum(0) - 1).clamp(min=0)  # the source row each selected target row receives
+    picked = source.reshape(-1, width).index_select(0, take).to(target.dtype)
+    return torch.where(rows.unsqueeze(-1), picked, target.reshape(-1, width)).view(target.shape)
 
 
 def signature(inputs: dict[str, Any], num_items: Any) -> tuple:

@@ -18,9 +18,11 @@ from tests.recipes.test_train import run_args
 class RerunGraphs:
     """Stands in for CudaGraphBackend: `capture` records without running, as CUDA does; `replay` runs it again."""
 
-    def __init__(self, fail: Exception | None = None):
+    def __init__(self, fail: Exception | None = None, syncs: list[str] | None = None):
         self.fail = fail
+        self.syncs = syncs or []
         self.captures = 0
+        self.recovered = 0
 
     def capture(self, fn):
         if self.fail is not None:
@@ -32,6 +34,12 @@ class RerunGraphs:
             loss.copy_(fn())
 
         return replay, loss
+
+    def syncs_during(self, fn):
+        return fn(), list(self.syncs)
+
+    def recover(self):
+        self.recovered += 1
 
     def synchronize(self):
         pass
@@ -101,7 +109,14 @@ def test_a_shape_is_captured_on_its_second_sight_and_at_most_max_shapes(tmp_path
 
 
 def test_a_failed_capture_trains_on_eagerly_and_says_why(tmp_path, photos, monkeypatch, capsys):
-    backend = RerunGraphs(fail=RuntimeError("operation not permitted when stream is capturing"))
+    try:  # as torch reports it: the capture's end fails, the real error is its context
+        try:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        except RuntimeError:
+            raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
+    except RuntimeError as err:
+        failure = err
+    backend = RerunGraphs(fail=failure)
     monkeypatch.setattr(checks, "cuda_available", lambda: True)
     monkeypatch.setattr(cuda_graphs, "CudaGraphBackend", lambda: backend)
     result = trained(tmp_path, photos, "--cuda_graphs", "true", "--save_model", "false")
@@ -109,7 +124,46 @@ def test_a_failed_capture_trains_on_eagerly_and_says_why(tmp_path, photos, monke
     assert report["replays"] == 0 and report["eager_micro_batches"] == 12
     assert report["capture_failed"] == "RuntimeError: operation not permitted when stream is capturing"
     assert "cuda_graphs: capture failed, training on eagerly" in capsys.readouterr().out
-    assert result["record"]["summary"]["optimizer_steps"] == 6
+    assert result["record"]["summary"]["optimizer_steps"] == 6 and backend.recovered == 1
+
+
+def test_a_step_that_waits_for_the_host_is_never_captured(tmp_path, photos, monkeypatch, capsys):
+    backend = RerunGraphs(syncs=["modeling_blip_2.py:1692"])
+    monkeypatch.setattr(checks, "cuda_available", lambda: True)
+    monkeypatch.setattr(cuda_graphs, "CudaGraphBackend", lambda: backend)
+    result = trained(tmp_path, photos, "--cuda_graphs", "true", "--save_model", "false")
+    report = result["record"]["cuda_graphs"]
+    assert backend.captures == 0 and report["replays"] == 0 and report["eager_micro_batches"] == 12
+    assert all(where == ["modeling_blip_2.py:1692"] for where in report["not_captured"].values())
+    assert "the step waits for the host at modeling_blip_2.py:1692" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_gather_places_rows_exactly_as_masked_scatter_does(dtype):
+    mask = torch.zeros(3, 7, 1, dtype=torch.bool)
+    mask[:, 1:4] = True  # three query rows per sequence, as BLIP-2's image tokens
+    grads = []
+    for place in (lambda t, s: t.masked_scatter(mask, s), lambda t, s: cuda_graphs.masked_scatter_rows(t, mask, s)):
+        torch.manual_seed(0)
+        target = torch.randn(3, 7, 5, dtype=dtype, requires_grad=True)
+        source = torch.randn(3, 3, 5, dtype=dtype, requires_grad=True)
+        out = place(target, source)
+        (out * torch.randn_like(out)).sum().backward()
+        grads.append((out.detach(), target.grad, source.grad))
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
+    assert cuda_graphs.masked_scatter_rows(torch.zeros(2, 4), torch.ones(2, 4, dtype=torch.bool), torch.ones(8)) is None
+
+
+def test_capture_safe_routes_masked_scatter_and_restores_everything():
+    import transformers.masking_utils as masking
+
+    before = masking.is_tracing
+    target, mask, source = torch.zeros(1, 3, 2), torch.tensor([[[False], [True], [True]]]), torch.ones(1, 2, 2)
+    with cuda_graphs.capture_safe():
+        assert masking.is_tracing() is True
+        assert torch.equal(target.masked_scatter(mask, source), torch.tensor([[[0.0, 0], [1, 1], [1, 1]]]))
+    assert masking.is_tracing is before
 
 
 def test_gradients_survive_zero_grad_and_a_replaced_gradient_is_kept():
