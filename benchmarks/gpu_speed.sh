@@ -47,7 +47,7 @@ for part in "$@"; do
     bf16-launch) LAUNCH="accelerate launch --config_file accelerate_configs/single.yaml" recipe bf16-launch opt27-bf16 ;;
     bf16-profile) recipe bf16-profile opt27-bf16 --profile_steps 3; cp /tmp/speed-bf16-profile/profile/profile.txt "$OUT/" ;;
     bf16-workers8) recipe bf16-workers8 opt27-bf16 --dataloader_num_workers 8 --dataloader_prefetch_factor 4 ;;
-    tiny-graphs) recipe tiny-graphs tiny-opt-demo --cuda_graphs true --num_sample_captions 0 --max_steps 40 --eval_strategy no ;;
+    tiny-graphs) recipe tiny-graphs tiny-opt-demo --cuda_graphs true --num_sample_captions 0 --max_steps 40 --eval_strategy no --dataset_path data/synthetic_food-224 ;;
     bf16-graphs) recipe bf16-graphs opt27-bf16 --cuda_graphs true ;;
     mixed-graphs) recipe mixed-graphs opt27-bf16-mixed --cuda_graphs true ;;
     fp32-tf32-graphs) recipe fp32-tf32-graphs opt27-fp32-b16 --tf32 true --cuda_graphs true ;;
