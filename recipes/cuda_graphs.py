@@ -6,8 +6,8 @@ once and replays them with a single launch; the numerics are the eager ones, ker
 
 How it fits the Trainer (`GraphedTrainer.training_step`, transformers 5.17's own step inside):
 - A graph fixes every shape and address. A batch's signature (shapes and dtypes of its tensors, the accumulation
-  count) picks its graph. The first batch of a signature runs eagerly, which also builds that shape's cuBLAS and
-  cuDNN plans; the second is captured, and every later one replays. At most `max_graphs` signatures are captured
+  count) picks its graph. The first two batches of a signature run eagerly, which also builds that shape's cuBLAS
+  and cuDNN plans; the third is captured, and every later one replays. At most `max_graphs` signatures are captured
   (captions padded to a multiple, `pad_to_multiple_of`, keep them few); the rest run eagerly. All graphs share one
   memory pool: they run one at a time, so the pool is as large as the largest graph's activations, not their sum.
 - Inputs are copied into the graph's own input tensors before each replay; the loss is copied out.
@@ -15,8 +15,8 @@ How it fits the Trainer (`GraphedTrainer.training_step`, transformers 5.17's own
   after each optimizer step (`model.zero_grad()` sets them to None), so before each micro-batch every trainable
   parameter gets its gradient tensor back, zeroed if it had been let go. These are the gradients eager training
   would allocate anyway; they are simply never freed.
-- A graph cannot hold an operation that waits for the host. The first (eager) batch of a signature runs with
-  torch's sync check on: a signature whose step synchronizes is never captured and runs eagerly, and the run record
+- A graph cannot hold an operation that waits for the host. The second (eager) batch of a signature runs with
+  torch's sync check on (the run's very first batch syncs once for lazy initialisation, hence not the first): a signature whose step synchronizes is never captured and runs eagerly, and the run record
   says where. Two such waits in transformers 5.17's BLIP-2 step are removed while graphs are on (`capture_safe`):
   the backward of `masked_scatter` (placing the 32 query outputs among the text embeddings) selects with a
   data-dependent size, so it is replaced by the same copy written as a gather (identical values and gradients); and
@@ -32,6 +32,8 @@ captured (measured at capture). `pool_bytes` is what the shared pool reserves.
 from __future__ import annotations
 
 import contextlib
+import threading
+import traceback
 import warnings
 from pathlib import Path
 from typing import Any, Callable
@@ -58,15 +60,24 @@ class CudaGraphBackend:
         return graph.replay, output
 
     def syncs_during(self, fn: Callable[[], Any]) -> tuple[Any, list[str]]:
-        """Runs `fn` with torch's sync debug mode warning; returns its result and where it synchronized."""
-        with warnings.catch_warnings(record=True) as caught:
+        """Runs `fn` with torch's sync debug mode warning; returns its result and where (Python lines) this thread
+        synchronized. Warnings of other threads (the GPU-utilization sampler, the pin-memory thread) are not ours."""
+        found, me = [], threading.get_ident()
+
+        def note(message, category, filename, lineno, file=None, line=None):
+            if threading.get_ident() == me and "synchroniz" in str(message):
+                found.append(" < ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}"
+                                        for f in reversed(traceback.extract_stack()[-5:-1])))
+
+        with warnings.catch_warnings():
             warnings.simplefilter("always")
+            warnings.showwarning = note
             torch.cuda.set_sync_debug_mode("warn")
             try:
                 result = fn()
             finally:
                 torch.cuda.set_sync_debug_mode("default")
-        return result, [f"{Path(w.filename).name}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)]
+        return result, found
 
     def recover(self) -> None:
         """After a failed capture: torch leaves its CUDA RNG in capture mode (every later dropout fails); an empty
@@ -124,7 +135,7 @@ class GraphedSteps:
         self.before_peak_reset = before_peak_reset  # lets the memory callback keep its run peak first
         self.grads: list[torch.Tensor] | None = None
         self.graphs: dict[tuple, _Graph] = {}
-        self.seen: set[tuple] = set()
+        self.seen: dict[tuple, int] = {}  # signature -> batches of it so far
         self.uncapturable: dict[tuple, list[str]] = {}  # signature -> where its step synchronized
         self.failed: str | None = None  # why capturing stopped, if it did
         self.eager_steps = 0
@@ -144,14 +155,18 @@ class GraphedSteps:
         graph = self.graphs.get(key)
         if graph is None:
             with capture_safe():
-                if key not in self.seen:  # first sight: eager, and watched for host syncs
-                    self.seen.add(key)
+                sightings = self.seen.get(key, 0)
+                self.seen[key] = sightings + 1
+                if sightings == 0:  # the run's first batch also pays one-time costs (lazy init), syncs included
+                    self.eager_steps += 1
+                    return run(inputs, num_items)
+                if sightings == 1:  # second: eager still, and watched for host syncs
                     self.eager_steps += 1
                     loss, syncs = self.backend.syncs_during(lambda: run(inputs, num_items))
                     if syncs:
                         self.uncapturable[key] = syncs
                         print(f"cuda_graphs: not capturing {describe(key)}: the step waits for the host at "
-                              f"{', '.join(sorted(set(syncs)))}", flush=True)
+                              f"{'; '.join(sorted(set(syncs)))}", flush=True)
                     return loss
                 if self.failed or key in self.uncapturable or len(self.graphs) >= self.max_graphs:
                     self.eager_steps += 1
