@@ -65,7 +65,8 @@ class CudaGraphBackend:
         found, me = [], threading.get_ident()
 
         def note(message, category, filename, lineno, file=None, line=None):
-            if threading.get_ident() == me and "synchroniz" in str(message):
+            # torch's own words for a sync (set_sync_debug_mode also warns, about being a prototype: not a sync)
+            if threading.get_ident() == me and "called a synchronizing CUDA operation" in str(message):
                 found.append(" < ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}"
                                         for f in reversed(traceback.extract_stack()[-5:-1])))
 
