@@ -78,6 +78,7 @@ class RunSummaryCallback(TrainerCallback):
         self._samples = 0
         self._tokens: Any = 0
         self._hook = None
+        self.counts_forward = True
         self._args = self._state = None
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
@@ -91,8 +92,12 @@ class RunSummaryCallback(TrainerCallback):
         self.train_begin_s = time.perf_counter()
 
     def _count(self, module, args, kwargs) -> None:
-        if not module.training:
-            return
+        if module.training and self.counts_forward:
+            self.count_batch(kwargs, args)
+
+    def count_batch(self, kwargs: dict[str, Any], args: tuple = ()) -> None:
+        """Counts one training micro-batch's samples and tokens. Under CUDA graphs, whose replays run no forward
+        hook, the trainer calls it for every micro-batch and sets `counts_forward` off (recipes/cuda_graphs.py)."""
         mask = kwargs.get("attention_mask")
         ids = kwargs.get("input_ids", args[0] if args else None)
         batch = next((t for t in (ids, mask, kwargs.get("pixel_values")) if isinstance(t, torch.Tensor)), None)

@@ -6,8 +6,8 @@ once and replays them with a single launch; the numerics are the eager ones, ker
 
 How it fits the Trainer (`GraphedTrainer.training_step`, transformers 5.17's own step inside):
 - A graph fixes every shape and address. A batch's signature (shapes and dtypes of its tensors, the accumulation
-  count) picks its graph. The first two batches of a signature run eagerly, which also builds that shape's cuBLAS
-  and cuDNN plans; the third is captured, and every later one replays. At most `max_graphs` signatures are captured
+  count) picks its graph. The first batch of a signature runs eagerly, which also builds that shape's cuBLAS and
+  cuDNN plans; the second is captured, and every later one replays. At most `max_graphs` signatures are captured
   (captions padded to a multiple, `pad_to_multiple_of`, keep them few); the rest run eagerly. All graphs share one
   memory pool: they run one at a time, so the pool is as large as the largest graph's activations, not their sum.
 - Inputs are copied into the graph's own input tensors before each replay; the loss is copied out.
@@ -15,8 +15,8 @@ How it fits the Trainer (`GraphedTrainer.training_step`, transformers 5.17's own
   after each optimizer step (`model.zero_grad()` sets them to None), so before each micro-batch every trainable
   parameter gets its gradient tensor back, zeroed if it had been let go. These are the gradients eager training
   would allocate anyway; they are simply never freed.
-- A graph cannot hold an operation that waits for the host. The second (eager) batch of a signature runs with
-  torch's sync check on (the run's very first batch syncs once for lazy initialisation, hence not the first): a signature whose step synchronizes is never captured and runs eagerly, and the run record
+- A graph cannot hold an operation that waits for the host. The first (eager) batch of a signature runs with
+  torch's sync check on (if the run's very first batch syncs, it may be lazy set-up: its next batch is watched too): a signature whose step synchronizes is never captured and runs eagerly, and the run record
   says where. Two such waits in transformers 5.17's BLIP-2 step are removed while graphs are on (`capture_safe`):
   the backward of `masked_scatter` (placing the 32 query outputs among the text embeddings) selects with a
   data-dependent size, so it is replaced by the same copy written as a gather (identical values and gradients); and
@@ -136,7 +136,7 @@ class GraphedSteps:
         self.before_peak_reset = before_peak_reset  # lets the memory callback keep its run peak first
         self.grads: list[torch.Tensor] | None = None
         self.graphs: dict[tuple, _Graph] = {}
-        self.seen: dict[tuple, int] = {}  # signature -> batches of it so far
+        self.clean: set[tuple] = set()  # signatures whose eager step was watched and never waited for the host
         self.uncapturable: dict[tuple, list[str]] = {}  # signature -> where its step synchronized
         self.failed: str | None = None  # why capturing stopped, if it did
         self.eager_steps = 0
@@ -156,15 +156,13 @@ class GraphedSteps:
         graph = self.graphs.get(key)
         if graph is None:
             with capture_safe():
-                sightings = self.seen.get(key, 0)
-                self.seen[key] = sightings + 1
-                if sightings == 0:  # the run's first batch also pays one-time costs (lazy init), syncs included
-                    self.eager_steps += 1
-                    return run(inputs, num_items)
-                if sightings == 1:  # second: eager still, and watched for host syncs
+                if key not in self.clean and key not in self.uncapturable:  # eager, watched for host syncs
+                    first_of_run = self.eager_steps == 0 and not self.graphs
                     self.eager_steps += 1
                     loss, syncs = self.backend.syncs_during(lambda: run(inputs, num_items))
-                    if syncs:
+                    if not syncs:
+                        self.clean.add(key)
+                    elif not first_of_run:  # the run's first batch may sync once for lazy set-up: watch again
                         self.uncapturable[key] = syncs
                         print(f"cuda_graphs: not capturing {describe(key)}: the step waits for the host at "
                               f"{'; '.join(sorted(set(syncs)))}", flush=True)
@@ -318,6 +316,12 @@ class GraphedTrainer(Trainer):
             )
             if memory is not None:
                 memory.graphed_steps = self.graphed_steps
+            # A replay runs no forward hook: the run summary's samples and tokens are counted here instead.
+            self._counters = [cb for cb in self.callback_handler.callbacks if hasattr(cb, "count_batch")]
+            for callback in self._counters:
+                callback.counts_forward = False
+        for callback in self._counters:
+            callback.count_batch(inputs)
         eager = super().training_step
         return self.graphed_steps(
             lambda batch, num_items: eager(model, batch, num_items),
