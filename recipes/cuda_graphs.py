@@ -212,6 +212,8 @@ class GraphedSteps:
             graph.replay, graph.loss = backend.capture(lambda: run(graph.inputs, graph.num_items))
         except Exception as err:  # noqa: BLE001 (any failure to record: fall back to eager, say why)
             self.failed = root_cause(err)
+        if self.failed:
+            # Outside the except block: the traceback no longer holds the failed graph, so its pool can be freed.
             print(f"cuda_graphs: capture failed, training on eagerly ({self.failed})", flush=True)
             try:
                 backend.recover()
