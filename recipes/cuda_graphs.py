@@ -17,8 +17,9 @@ How it fits the Trainer (`GraphedTrainer.training_step`, transformers 5.17's own
   would allocate anyway; they are simply never freed.
 - A graph cannot hold an operation that waits for the host. The first (eager) batch of a signature runs with
   torch's sync check on (if the run's very first batch syncs, it may be lazy set-up: its next batch is watched
-  too): a signature whose step synchronizes is never captured and runs eagerly, and the run record says where. Two such waits in transformers 5.17's BLIP-2 step are removed while graphs are on (`capture_safe`):
-  the backward of `masked_scatter` (placing the 32 query outputs among the text embeddings) selects with a
+  too): a signature whose step synchronizes is never captured and runs eagerly, and the run record says where.
+  Two such waits in transformers 5.17's BLIP-2 step are removed while graphs are on (`capture_safe`): the
+  backward of `masked_scatter` (placing the 32 query outputs among the text embeddings) selects with a
   data-dependent size, so it is replaced by the same copy written as a gather (identical values and gradients); and
   the attention-mask helpers, which read the mask on the host to skip it when nothing is padded, are told they are
   being traced, as they are during a capture, so the eager batch and the capture build the same masks and kernels.
