@@ -158,7 +158,7 @@ class GraphedSteps:
         if graph is None:
             with capture_safe():
                 if key not in self.clean and key not in self.uncapturable:  # eager, watched for host syncs
-                    first_of_run = self.eager_steps == 0 and not self.graphs
+                    first_of_run = self.eager_steps == 0  # no capture comes before an eager step
                     self.eager_steps += 1
                     loss, syncs = self.backend.syncs_during(lambda: run(inputs, num_items))
                     if not syncs:
@@ -168,10 +168,8 @@ class GraphedSteps:
                         print(f"cuda_graphs: not capturing {describe(key)}: the step waits for the host at "
                               f"{'; '.join(sorted(set(syncs)))}", flush=True)
                     return loss
-                if self.failed or key in self.uncapturable or len(self.graphs) >= self.max_graphs:
-                    self.eager_steps += 1
-                    return run(inputs, num_items)
-                graph = self._capture(run, inputs, num_items, key)
+                if not (self.failed or key in self.uncapturable or len(self.graphs) >= self.max_graphs):
+                    graph = self._capture(run, inputs, num_items, key)
                 if graph is None:
                     self.eager_steps += 1
                     return run(inputs, num_items)
@@ -305,16 +303,16 @@ def describe(key: tuple) -> str:
 class GraphedTrainer(Trainer):
     """The Trainer, with each micro-batch's forward+backward replayed as a CUDA graph (`cuda_graphs: true`)."""
 
-    def __init__(self, *args, cuda_graph_max_shapes: int = 4, graph_backend=None, memory_callback=None, **kwargs):
+    def __init__(self, *args, cuda_graph_max_shapes: int = 4, memory_callback=None, **kwargs):
         super().__init__(*args, **kwargs)
-        self._graph_settings = (cuda_graph_max_shapes, graph_backend, memory_callback)
+        self._graph_settings = (cuda_graph_max_shapes, memory_callback)
         self.graphed_steps: GraphedSteps | None = None
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         if self.graphed_steps is None:
-            max_graphs, backend, memory = self._graph_settings
+            max_graphs, memory = self._graph_settings
             self.graphed_steps = GraphedSteps(
-                list(model.parameters()), max_graphs=max_graphs, backend=backend,
+                list(model.parameters()), max_graphs=max_graphs,
                 before_peak_reset=memory.note_peak if memory is not None else None,
             )
             if memory is not None:
