@@ -173,7 +173,8 @@ def build_trainer(args: Arguments, model, processor, collator: CaptionCollator, 
         callbacks.append(ProfilerCallback(args.strategy.profile_steps, args.training.output_dir))
     graphs = {}
     if args.strategy.cuda_graphs:  # recipes/cuda_graphs.py; checks.cuda_graph_problems refused what it cannot run
-        graphs = {"cuda_graph_max_shapes": args.strategy.cuda_graph_max_shapes, "memory_callback": next(cb for cb in callbacks if isinstance(cb, MemoryCallback))}
+        memory = next(cb for cb in callbacks if isinstance(cb, MemoryCallback))
+        graphs = {"cuda_graph_max_shapes": args.strategy.cuda_graph_max_shapes, "memory_callback": memory}
     trainer = (GraphedTrainer if graphs else Trainer)(
         **graphs,
         model=model,
