@@ -95,7 +95,7 @@ def _comm(record: dict) -> str:
         return "n/a"
     if buffers["kind"] == "ddp":
         return f"ddp buckets {gib(buffers['extra_bytes'])}"
-    return f"fsdp unit {gib(buffers['largest_unit_gathered_bytes'])}"
+    return f"fsdp {buffers['units']} units, largest {gib(buffers['largest_unit_gathered_bytes'])}"
 
 
 def aligned(header: list[str], table: list[list[str]]) -> str:

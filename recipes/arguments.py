@@ -117,6 +117,15 @@ class StrategyArguments:
         default=False, metadata={"help": "QLoRA: load the base model's linear layers in 4-bit NF4 (needs use_peft)."}
     )
     bnb_4bit_use_double_quant: bool = field(default=True, metadata={"help": "QLoRA: quantize the quantization constants too."})
+    fsdp_layers_per_unit: int = field(
+        default=1,
+        metadata={"help": "Under FSDP: shard this many consecutive layers of a tower as one unit, gathered and reduced "
+                  "together: fewer units, less host work per step, a gathered unit k layers wide (docs/multi_gpu.md)."},
+    )
+    fsdp_forward_prefetch: bool = field(
+        default=True,
+        metadata={"help": "Under FSDP: each unit starts the next unit's all-gather as its own forward begins."},
+    )
     lr_scaling: str = field(
         default="none",
         metadata={"help": "none: use learning_rate as given; linear: multiply it by global batch / "

@@ -44,6 +44,7 @@ class Launch:
     mixed_precision: str  # the accelerate config's `mixed_precision` ("no" without one)
     deepspeed: str | None = None  # the DeepSpeed config file, from the recipe or the accelerate config
     fsdp: dict[str, Any] | None = None  # the FSDP plugin's settings; configure_fsdp adds what it chose
+    ddp: dict[str, Any] | None = None  # DDP's settings as configure_ddp left them
 
     def to_record(self) -> dict[str, Any]:
         return asdict(self)
@@ -238,10 +239,11 @@ def quant_storage(launch: Launch, dtype: torch.dtype) -> torch.dtype:
     return dtype if launch.fsdp is not None else torch.uint8
 
 
-def configure_fsdp(trainer, launch: Launch) -> None:
+def configure_fsdp(trainer, launch: Launch, layers_per_unit: int = 1, forward_prefetch: bool = True) -> None:
     """The FSDP choices that need the built model, made on the Trainer's plugin before it wraps the model.
 
-    - units: each tower's repeated block (models/layers.py), unless the launch named classes itself;
+    - units: each tower's repeated block (models/layers.py), unless the launch named classes itself, sharded
+      here `layers_per_unit` consecutive layers to a unit, each prefetching the next (recipes/fsdp_units.py);
     - activation checkpointing as read and routed, with the language model's KV cache off: FSDP's checkpoint
       wrapper re-runs a layer in backward, and a cache filled in forward would be appended to again (OPT then
       fails on a 2x-long attention mask, T5 saves a different number of tensors); transformers' own checkpointing
@@ -274,6 +276,24 @@ def configure_fsdp(trainer, launch: Launch) -> None:
                 module.config.use_cache = False
     launch.fsdp["tied_embeddings_shared"] = share_tied_embeddings(towers(model)["language"])
     launch.fsdp["weights_broadcast_from_rank0"] = align_weights(model)
+    if launch.fsdp["auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP":  # last: it shards the weights just compared
+        from recipes.fsdp_units import shard_towers
+
+        launch.fsdp |= shard_towers(model, plugin, layers_per_unit, forward_prefetch)
+
+
+def configure_ddp(trainer, launch: Launch) -> None:
+    """DDP's gradients as views into its all-reduce buckets (torch's `gradient_as_bucket_view`).
+
+    Off by default in torch and in the Trainer, which then keeps the buckets as a second copy of every gradient
+    (6.98 GiB for opt-2.7b in bf16, measured) and copies each gradient into it after every backward.
+    """
+    handler = getattr(trainer.accelerator, "ddp_handler", None)
+    if launch.strategy != "ddp" or handler is None:
+        return
+    handler.gradient_as_bucket_view = True
+    launch.ddp = {"gradient_as_bucket_view": True, "bucket_cap_mb": handler.bucket_cap_mb,
+                  "find_unused_parameters": handler.find_unused_parameters}
 
 
 def share_tied_embeddings(language_model) -> list[str]:

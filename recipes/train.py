@@ -44,7 +44,7 @@ from recipes.arguments import Arguments, model_dtype, parse_args  # noqa: E402
 from recipes.checks import check_compatible  # noqa: E402
 from recipes.cuda_graphs import GraphedTrainer  # noqa: E402
 from recipes.errors import EXIT_USER_ERROR, AltscaleError  # noqa: E402
-from recipes.launch import configure_fsdp, quant_storage, read_launch, route_checkpointing  # noqa: E402
+from recipes.launch import configure_ddp, configure_fsdp, quant_storage, read_launch, route_checkpointing  # noqa: E402
 from recipes.publish import publish_run, push_adjustment, trainer_args_without_push  # noqa: E402
 from recipes.outputs import prepare_output_dir, write_json_atomic  # noqa: E402
 
@@ -89,7 +89,9 @@ def main(argv: list[str] | None = None) -> dict:
         pad_to_multiple_of=args.data.pad_to_multiple_of,
     )
     trainer = build_trainer(args, model, processor, collator, train_set, eval_set, startup)
-    configure_fsdp(trainer, launch)  # FSDP units and checkpointing from the built model, before the Trainer wraps it
+    # FSDP units and checkpointing from the built model, DDP's buckets: before the Trainer wraps the model
+    configure_fsdp(trainer, launch, args.strategy.fsdp_layers_per_unit, args.strategy.fsdp_forward_prefetch)
+    configure_ddp(trainer, launch)
     startup["trainer"] = time.time() - PROCESS_START
     record = train(args, trainer, model_report, adjustments, launch.to_record())
     if args.strategy.save_model:

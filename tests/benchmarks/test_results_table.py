@@ -22,13 +22,13 @@ def test_efficiency_is_the_per_gpu_rate_after_step_1_over_the_one_gpu_runs():
         record("opt27-bf16-ddp4", 4, 180.0, [45 * GIB] * 4,
                buffers={"kind": "ddp", "extra_bytes": 7 * GIB}),
         record("opt27-bf16-fsdp4", 4, 216.0, [20 * GIB, 21 * GIB, 20 * GIB, 20 * GIB],
-               buffers={"kind": "fsdp2", "largest_unit_gathered_bytes": GIB // 2}),
+               buffers={"kind": "fsdp2", "units": 23, "largest_unit_gathered_bytes": GIB // 2}),
         record("xxl-bf16-fsdp4", 4, 50.0, [30 * GIB] * 4, model="blip2-flan-t5-xxl"),  # no one-GPU run: n/a
     ])
     column = {name: SCALING_HEADER.index(name) for name in SCALING_HEADER}
     assert [row[column["efficiency"]] for row in table] == ["n/a", "75%", "90%", "n/a"]
     assert table[2][column["peak GiB per rank"]] == "20.00 21.00 20.00 20.00"
-    assert table[1][column["comm GiB"]] == "ddp buckets 7.00" and table[2][column["comm GiB"]] == "fsdp unit 0.50"
+    assert table[1][column["comm GiB"]] == "ddp buckets 7.00" and table[2][column["comm GiB"]] == "fsdp 23 units, largest 0.50"
     assert table[1][column["lr"]] == "8e-05"
 
 

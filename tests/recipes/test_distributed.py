@@ -94,18 +94,26 @@ def test_ddp_both_ranks_train_on_their_own_data_and_end_with_the_same_weights(ph
     assert record["config"]["adjusted"]["learning_rate"]["used"] == pytest.approx(2e-4)
     assert out.count("learning_rate: asked 0.0001, using 0.0002") == 1
     assert record["config"]["launch"]["strategy"] == "ddp"
-    # DDP's gradient buckets: a second fp32 copy of every gradient, measured from DDP itself
+    # DDP's gradient buckets hold every gradient, and the gradients are views into them: no second copy
+    # (recipes/launch.py configure_ddp), as DDP itself reports
     trainable_bytes = sum(t.numel() * t.element_size() for t in rank0["after"].values())
+    assert record["config"]["launch"]["ddp"]["gradient_as_bucket_view"] is True
     for buffers in record["comm_buffers_per_rank"]:
-        assert buffers["kind"] == "ddp" and buffers["bucket_bytes"] == buffers["extra_bytes"] == trainable_bytes
+        assert buffers["kind"] == "ddp" and buffers["bucket_bytes"] == trainable_bytes
+        assert buffers["gradient_as_bucket_view"] is True and buffers["extra_bytes"] == 0
+    for snapshot in record["snapshots"]:  # a view is counted once, as a gradient
+        if snapshot["phase"] == "after_step":
+            assert snapshot["grads_cpu"] == trainable_bytes
 
 
-@pytest.mark.parametrize("preset, precision, language_layer, units", [
-    ("blip2-tiny-opt", "32-true", "OPTDecoderLayer", 8), ("blip2-tiny-t5", "bf16-true", "T5Block", 10)])
+@pytest.mark.parametrize("preset, precision, language_layer, layers_per_unit, units", [
+    ("blip2-tiny-opt", "32-true", "OPTDecoderLayer", 1, 8), ("blip2-tiny-t5", "bf16-true", "T5Block", 1, 10),
+    ("blip2-tiny-opt", "bf16-true", "OPTDecoderLayer", 2, 5)])
 def test_fsdp_shards_each_towers_layers_checkpoints_them_and_saves_the_full_model(photos, tmp_path, preset, precision,
-                                                                                  language_layer, units):
+                                                                                  language_layer, layers_per_unit,
+                                                                                  units):
     words = train_words(photos, tmp_path, "--model_name_or_path", preset, "--precision", precision,
-                        "--gradient_checkpointing", "true")
+                        "--gradient_checkpointing", "true", "--fsdp_layers_per_unit", str(layers_per_unit))
     # launched.py lifts accelerate's GPU-only FSDP switch, so accelerate's real FSDP2 path runs over gloo
     out = finish(launch("fsdp4.yaml", tmp_path, words, "--main_process_port", str(free_port()),
                         env={"ALTSCALE_FSDP_ON_CPU": "1"}))
@@ -118,10 +126,14 @@ def test_fsdp_shards_each_towers_layers_checkpoints_them_and_saves_the_full_mode
     fsdp = record["config"]["launch"]["fsdp"]
     assert fsdp["transformer_cls_names_to_wrap"] == ["Blip2EncoderLayer", "Blip2QFormerLayer", language_layer]
     assert fsdp["activation_checkpointing"] is True and fsdp["weights_broadcast_from_rank0"] is False
+    # the layer units, as recipes/fsdp_units.py made them: all but accelerate's embedding + head unit and the root
+    assert (fsdp["layer_units"], fsdp["layers_per_unit"], fsdp["forward_prefetch"]) == (units - 2, layers_per_unit, True)
+    layers = fsdp["checkpointed_layers"]
+    assert layers == 6 if preset == "blip2-tiny-opt" else layers == 6 + 2  # T5: 2 encoder + 2 decoder blocks
     assert record["config"]["adjusted"]["gradient_checkpointing"]["asked"] is True
     assert out.count("using FSDP's activation checkpointing") == 1
     effective = record["effective_config"]
-    assert effective["gradient_checkpointing"] is False and effective["checkpoint_wrapped_layers"] == units - 2
+    assert effective["gradient_checkpointing"] is False and effective["checkpoint_wrapped_layers"] == layers
     # bf16-true stays bf16 (the launch file's mixed_precision 'no' keeps accelerate from upcasting to fp32)
     dtype = {"32-true": "torch.float32", "bf16-true": "torch.bfloat16"}[precision]
     assert list(effective["param_dtypes"]) == [dtype] and list(effective["grad_dtypes"]) == [dtype]
@@ -189,3 +201,19 @@ def test_qlora_under_fsdp_shards_the_4bit_weights_too(photos, tmp_path):
     assert "torch.bfloat16" in effective["param_dtypes"] and "torch.uint8" not in effective["param_dtypes"]
     assert list(effective["param_devices"]) == ["cpu (DTensor sharded over 2 ranks)"]
     assert 0 < effective["trainable_params"] < effective["frozen_params"]  # LoRA adapters only
+
+
+def test_grouping_layers_into_fewer_fsdp_units_trains_the_same_weights(photos, tmp_path):
+    """fsdp_layers_per_unit changes which tensors are gathered together, not what is computed: with two ranks
+    every gradient element is the sum of the same two numbers, so the weights agree to the bit."""
+    after = {}
+    for layers_per_unit in (1, 2):
+        run = tmp_path / str(layers_per_unit)
+        words = train_words(photos, run, "--gradient_checkpointing", "true", "--fsdp_layers_per_unit",
+                            str(layers_per_unit), "--save_model", "false")
+        finish(launch("fsdp4.yaml", run, words, "--main_process_port", str(free_port()),
+                      env={"ALTSCALE_FSDP_ON_CPU": "1"}))
+        after[layers_per_unit] = ranks(run)[0]["after"]
+        assert the_record(run)["config"]["launch"]["fsdp"]["layer_units"] == 6 // layers_per_unit
+    assert after[1].keys() == after[2].keys()
+    assert all(torch.equal(after[1][name], after[2][name]) for name in after[1])
