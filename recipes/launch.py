@@ -249,7 +249,8 @@ def configure_fsdp(trainer, launch: Launch, layers_per_unit: int = 1, forward_pr
       fails on a 2x-long attention mask, T5 saves a different number of tensors); transformers' own checkpointing
       switches it off per layer;
     - one module per tied embedding (`share_tied_embeddings`);
-    - every rank must start from the same weights: FSDP2 shards what each rank built and broadcasts nothing.
+    - every rank must start from the same weights: FSDP2 shards what each rank built and broadcasts nothing;
+    - an elementwise optimizer steps the local shards (`step_local_shards`).
     """
     plugin = getattr(trainer.accelerator.state, "fsdp_plugin", None)
     if plugin is None or launch.fsdp is None:
@@ -280,6 +281,27 @@ def configure_fsdp(trainer, launch: Launch, layers_per_unit: int = 1, forward_pr
         from recipes.fsdp_units import shard_towers
 
         launch.fsdp |= shard_towers(model, plugin, layers_per_unit, forward_prefetch)
+    launch.fsdp["optimizer"] = step_local_shards(trainer)
+
+
+def step_local_shards(trainer) -> str:
+    """Has the Trainer build the shard-local variant of its optimizer (recipes/sharded_optim.py); returns its name.
+
+    An optimizer that is not elementwise (or not torch's) keeps stepping the DTensors as they are.
+    """
+    from transformers import Trainer
+
+    from recipes.sharded_optim import shard_local_class
+
+    if trainer.optimizer_cls_and_kwargs is not None:
+        optimizer_cls, kwargs = trainer.optimizer_cls_and_kwargs
+    else:
+        optimizer_cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(trainer.args, trainer.model)
+    local_cls = shard_local_class(optimizer_cls)
+    if local_cls is None:
+        return f"{getattr(optimizer_cls, '__name__', optimizer_cls)} on the DTensors (not elementwise)"
+    trainer.optimizer_cls_and_kwargs = (local_cls, kwargs)
+    return local_cls.__name__
 
 
 def configure_ddp(trainer, launch: Launch) -> None:

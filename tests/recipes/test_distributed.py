@@ -134,6 +134,9 @@ def test_fsdp_shards_each_towers_layers_checkpoints_them_and_saves_the_full_mode
     assert out.count("using FSDP's activation checkpointing") == 1
     effective = record["effective_config"]
     assert effective["gradient_checkpointing"] is False and effective["checkpoint_wrapped_layers"] == layers
+    # AdamW steps each rank's local shards (recipes/sharded_optim.py), and the record says so
+    assert fsdp["optimizer"] == "ShardLocalAdamW"
+    assert effective["optimizer_class"] == "recipes.sharded_optim.ShardLocalAdamW"
     # bf16-true stays bf16 (the launch file's mixed_precision 'no' keeps accelerate from upcasting to fp32)
     dtype = {"32-true": "torch.float32", "bf16-true": "torch.bfloat16"}[precision]
     assert list(effective["param_dtypes"]) == [dtype] and list(effective["grad_dtypes"]) == [dtype]

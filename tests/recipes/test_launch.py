@@ -215,24 +215,53 @@ def test_t5s_tied_embedding_modules_become_one_module():
     assert share_tied_embeddings(opt.language_model) == []
 
 
-def fsdp_trainer(model, **plugin_args):
+def fsdp_trainer(model, args=None, **plugin_args):
     from accelerate.utils import FullyShardedDataParallelPlugin
 
     plugin = FullyShardedDataParallelPlugin(fsdp_version=2, auto_wrap_policy="TRANSFORMER_BASED_WRAP", **plugin_args)
-    return SimpleNamespace(model=model, accelerator=SimpleNamespace(state=SimpleNamespace(fsdp_plugin=plugin)))
+    return SimpleNamespace(model=model, args=args, optimizer_cls_and_kwargs=None,
+                           accelerator=SimpleNamespace(state=SimpleNamespace(fsdp_plugin=plugin)))
 
 
-def test_configure_fsdp_sets_the_models_units_and_turns_the_kv_cache_off_for_checkpointing(launched):
+@pytest.fixture
+def one_rank_group():
+    """A process group of this process alone: fully_shard needs one, as every FSDP launch has."""
+    import socket
+
+    import torch.distributed as dist
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_configure_fsdp_shards_each_towers_layers_and_turns_the_kv_cache_off_for_checkpointing(launched,
+                                                                                              one_rank_group):
+    from torch.distributed.fsdp import FSDPModule
+
+    from recipes.sharded_optim import ShardLocalAdamW
+
     launched("fsdp4.yaml")
-    args = parse_args(["--gradient_checkpointing", "true"])
+    args = parse_args(["--gradient_checkpointing", "true", "--use_cpu", "true"])
     launch = read_launch(args.training)
     route_checkpointing(args, launch)
     model, _, _ = build_model("blip2-tiny-t5")
-    trainer = fsdp_trainer(model)
-    configure_fsdp(trainer, launch)
+    trainer = fsdp_trainer(model, args.training)
+    configure_fsdp(trainer, launch, layers_per_unit=2)
     plugin = trainer.accelerator.state.fsdp_plugin
-    assert plugin.transformer_cls_names_to_wrap == ["Blip2EncoderLayer", "Blip2QFormerLayer", "T5Block"]
-    assert plugin.activation_checkpointing is True
+    assert launch.fsdp["transformer_cls_names_to_wrap"] == ["Blip2EncoderLayer", "Blip2QFormerLayer", "T5Block"]
+    # The layers are checkpointed and sharded here, two to a unit: vision, Q-Former, T5 encoder, T5 decoder
+    assert {key: launch.fsdp[key] for key in ("layer_units", "layers_per_unit", "checkpointed_layers")} == {
+        "layer_units": 4, "layers_per_unit": 2, "checkpointed_layers": 8}
+    wrappers = [m for m in model.modules() if type(m).__name__.endswith("CheckpointWrapper")]
+    assert len(wrappers) == 8 and all(isinstance(m, FSDPModule) for m in wrappers)
+    assert len({id(m._get_fsdp_state()) for m in wrappers}) == 4
+    # ... so accelerate, which shards the rest, neither wraps nor checkpoints them again
+    assert plugin.auto_wrap_policy is None and plugin.activation_checkpointing is False
+    assert launch.fsdp["optimizer"] == "ShardLocalAdamW" and trainer.optimizer_cls_and_kwargs[0] is ShardLocalAdamW
     # T5's stacks carry their own copies of the config: every one must stop caching
     configs = {id(m.config): m.config for m in model.language_model.modules() if hasattr(m, "config")}
     assert len(configs) >= 3 and all(config.use_cache is False for config in configs.values())

@@ -1,0 +1,98 @@
+"""Optimizer steps on FSDP2's local shards, not through DTensor's per-operator dispatch.
+
+FSDP2 hands the optimizer its parameters, gradients and state as DTensors. Under torch 2.11 (the GPU image) the
+step of `AdamW(fused=True)` over BLIP-2 opt-2.7b's 1,247 DTensor parameters ran as per-tensor lerp_/sqrt/addcdiv_
+(~10,000 kernels), 370 ms of host time a step on an H200 machine, more than half of what a whole step takes on
+one GPU (BENCHMARKS.md; benchmarks/dtensor_optimizer.py times it). Every parameter is sharded along dim 0 and
+AdamW, Adam and SGD work element by element, so stepping each rank's local shards with the plain optimizer
+computes exactly the same update, with the fused kernel.
+
+`ShardLocalStep` does that around the parent class's own `step`: for the step's duration each DTensor parameter is
+replaced in `param_groups` by its local tensor, with the local gradient and state; state the step creates is kept
+as DTensors over the same memory, so checkpoints, `state_dict()` and the memory breakdown see what they always see.
+"""
+
+from __future__ import annotations
+
+import torch
+
+def _dtensor_class():
+    from torch.distributed.tensor import DTensor
+
+    return DTensor
+
+
+class ShardLocalStep:
+    """Mixin for an elementwise torch optimizer (SHARD_LOCAL below): `step` runs the parent's step on each DTensor's local shard."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        dtensor = _dtensor_class()
+        swapped, locals_of = [], {}
+        for group in self.param_groups:
+            swapped.append((group, group["params"]))
+            group["params"] = [self._enter_local(p, locals_of) if isinstance(p, dtensor) else p for p in group["params"]]
+        try:
+            return super().step(closure)
+        finally:
+            for group, params in swapped:
+                group["params"] = params
+            for param, local in locals_of.items():
+                self._leave_local(param, local)
+
+    def _enter_local(self, param, locals_of: dict) -> torch.Tensor:
+        local = param._local_tensor
+        locals_of[param] = local
+        local.grad = None if param.grad is None else param.grad._local_tensor
+        state = self.state.pop(param, None)
+        if state:
+            self.state[local] = {key: getattr(value, "_local_tensor", value) for key, value in state.items()}
+        return local
+
+    def _leave_local(self, param, local: torch.Tensor) -> None:
+        local.grad = None
+        state = self.state.pop(local, None)
+        if state:
+            self.state[param] = {key: _as_dtensor_like(value, param) for key, value in state.items()}
+
+
+def _as_dtensor_like(value, param):
+    """A local shard-shaped state tensor as a DTensor sharded like `param`, over the same memory; others as they are."""
+    dtensor = _dtensor_class()
+    if isinstance(value, dtensor) or not isinstance(value, torch.Tensor) or value.shape != param._local_tensor.shape:
+        return value
+    return dtensor.from_local(value, param.device_mesh, param.placements, run_check=False, shape=param.shape,
+                              stride=param.stride())
+
+
+class ShardLocalAdamW(ShardLocalStep, torch.optim.AdamW):
+    """AdamW, stepped on FSDP2's local shards."""
+
+
+class ShardLocalAdam(ShardLocalStep, torch.optim.Adam):
+    """Adam, stepped on FSDP2's local shards."""
+
+
+class ShardLocalSGD(ShardLocalStep, torch.optim.SGD):
+    """SGD, stepped on FSDP2's local shards."""
+
+
+# Optimizers whose update of an element depends on that element alone: stepping shards is stepping the whole.
+SHARD_LOCAL = {torch.optim.AdamW: ShardLocalAdamW, torch.optim.Adam: ShardLocalAdam, torch.optim.SGD: ShardLocalSGD}
+
+
+def shard_local_class(optimizer_cls: type) -> type | None:
+    """The shard-local variant of a torch optimizer class, or None for one that is not elementwise."""
+    if optimizer_cls in SHARD_LOCAL.values():
+        return optimizer_cls
+    return SHARD_LOCAL.get(optimizer_cls)
+
+
+def local_grad_norm(params, norm_type: float = 2.0) -> torch.Tensor:
+    """The norm of all gradients of dim-0-sharded DTensor parameters, from the local shards plus one all-reduce."""
+    import torch.distributed as dist
+
+    local = torch.nn.utils.get_total_norm([p.grad._local_tensor for p in params if p.grad is not None], norm_type)
+    powered = local.float().pow(norm_type)
+    dist.all_reduce(powered)
+    return powered.pow(1.0 / norm_type)
