@@ -10,6 +10,9 @@
 #   PROFILE        LAYERS_PER_UNIT of an extra FSDP run with profile_steps 2 (its table goes to the logs); unset: none
 #   XXL            "fsdp zero3": the flan-t5-xxl runs to make (3 steps each: memory, and a rate past step 1)
 #   NCCL           1: first measure NCCL's bandwidth (benchmarks/nccl_bandwidth.py)
+#   OPTIM          1: first time an optimizer step over DTensors (benchmarks/dtensor_optimizer.py)
+#   WARMUP         1: first a 2-step one-GPU run, not recorded: a fresh machine's first run loads CUDA's kernels
+#                  from disk and would make the one-GPU baseline slow
 # Output: $OUT/results.jsonl (every rank's record), $OUT/table.txt, $OUT/logs.tgz (each run's log, profiles).
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
@@ -27,6 +30,10 @@ fi
 if [ "${NCCL:-0}" = 1 ]; then
   timeout 60 torchrun --nproc_per_node 2 benchmarks/nccl_bandwidth.py --out "$LOGS/nccl.jsonl" > "$LOGS/nccl.log" 2>&1
 fi
+if [ "${OPTIM:-0}" = 1 ]; then
+  timeout 90 torchrun --nproc_per_node 2 benchmarks/dtensor_optimizer.py --out "$LOGS/optim.jsonl" > "$LOGS/optim.log" 2>&1
+  tail -25 "$LOGS/optim.log"
+fi
 
 run() {  # run NAME CONFIG RECIPE LIMIT_S [accelerate flags...] -- [train.py overrides...]
   local name=$1 config=$2 recipe=$3 limit=$4; shift 4
@@ -42,6 +49,7 @@ run() {  # run NAME CONFIG RECIPE LIMIT_S [accelerate flags...] -- [train.py ove
   echo "$name: exit $? at ${SECONDS}s | $(grep -h "^train " "$LOGS/$name.log")"
 }
 
+[ "${WARMUP:-0}" = 1 ] && run warmup single.yaml opt27-bf16-1gpu 60 -- --max_steps 2 --results_file /tmp/warmup.jsonl
 run 1gpu single.yaml opt27-bf16-1gpu 100 --
 run ddp2 ddp4.yaml opt27-bf16-ddp4 80 --num_processes 2 --
 for variant in ${FSDP_VARIANTS:-units1:1:true}; do

@@ -23,37 +23,39 @@ def _dtensor_class():
 
 
 class ShardLocalStep:
-    """Mixin for an elementwise torch optimizer (SHARD_LOCAL below): `step` runs the parent's step on each DTensor's local shard."""
+    """Mixin for an elementwise torch optimizer (SHARD_LOCAL below): `step` runs the parent's step on each DTensor's
+    local shard. State tensors the step updates in place keep their DTensor, so only new ones are ever wrapped."""
 
     @torch.no_grad()
     def step(self, closure=None):
         dtensor = _dtensor_class()
-        swapped, locals_of = [], {}
+        swapped, entered = [], {}  # entered: parameter -> its state as DTensors, set aside for the step
         for group in self.param_groups:
             swapped.append((group, group["params"]))
-            group["params"] = [self._enter_local(p, locals_of) if isinstance(p, dtensor) else p for p in group["params"]]
+            group["params"] = [self._enter_local(p, entered) if isinstance(p, dtensor) else p for p in group["params"]]
         try:
             return super().step(closure)
         finally:
             for group, params in swapped:
                 group["params"] = params
-            for param, local in locals_of.items():
-                self._leave_local(param, local)
+            for param, state in entered.items():
+                self._leave_local(param, state)
 
-    def _enter_local(self, param, locals_of: dict) -> torch.Tensor:
+    def _enter_local(self, param, entered: dict) -> torch.Tensor:
         local = param._local_tensor
-        locals_of[param] = local
         local.grad = None if param.grad is None else param.grad._local_tensor
-        state = self.state.pop(param, None)
-        if state:
-            self.state[local] = {key: getattr(value, "_local_tensor", value) for key, value in state.items()}
+        entered[param] = self.state.pop(param, None) or {}
+        if entered[param]:
+            self.state[local] = {key: getattr(value, "_local_tensor", value) for key, value in entered[param].items()}
         return local
 
-    def _leave_local(self, param, local: torch.Tensor) -> None:
+    def _leave_local(self, param, before: dict) -> None:
+        local = param._local_tensor
         local.grad = None
         state = self.state.pop(local, None)
         if state:
-            self.state[param] = {key: _as_dtensor_like(value, param) for key, value in state.items()}
+            self.state[param] = {key: before[key] if getattr(before.get(key), "_local_tensor", None) is value
+                                 else _as_dtensor_like(value, param) for key, value in state.items()}
 
 
 def _as_dtensor_like(value, param):
