@@ -9,6 +9,7 @@
 #                  (default "units1:1:true"); e.g. "old:1:false units4:4:true grad-op:4:true:--fsdp_reshard_after_forward,false"
 #   PROFILE        LAYERS_PER_UNIT of an extra FSDP run with profile_steps 2 (its table goes to the logs); unset: none
 #   XXL            "fsdp zero3": the flan-t5-xxl runs to make (3 steps each: memory, and a rate past step 1)
+#   DDP            0: no DDP run (default 1)
 #   NCCL           1: first measure NCCL's bandwidth (benchmarks/nccl_bandwidth.py)
 #   OPTIM          1: first time an optimizer step over DTensors (benchmarks/dtensor_optimizer.py)
 #   WARMUP         1: first a 2-step one-GPU run, not recorded: a fresh machine's first run loads CUDA's kernels
@@ -51,7 +52,7 @@ run() {  # run NAME CONFIG RECIPE LIMIT_S [accelerate flags...] -- [train.py ove
 
 [ "${WARMUP:-0}" = 1 ] && run warmup single.yaml opt27-bf16-1gpu 60 -- --max_steps 2 --results_file /tmp/warmup.jsonl
 run 1gpu single.yaml opt27-bf16-1gpu 100 --
-run ddp2 ddp4.yaml opt27-bf16-ddp4 80 --num_processes 2 --
+[ "${DDP:-1}" = 1 ] && run ddp2 ddp4.yaml opt27-bf16-ddp4 80 --num_processes 2 --
 for variant in ${FSDP_VARIANTS:-units1:1:true}; do
   IFS=: read -r name layers prefetch flags <<< "$variant"
   run "fsdp2-$name" fsdp4.yaml opt27-bf16-fsdp4 90 --num_processes 2 ${flags//,/ } -- \
@@ -67,5 +68,6 @@ if [[ " ${XXL:-} " == *" zero3 "* ]]; then
   wait; echo "cpu_adam build done at ${SECONDS}s"
   # DeepSpeedCPUAdam steps with OpenMP threads: 16 a rank of the machine's 32 cores.
   OMP_NUM_THREADS=16 run xxl-zero3 zero3_offload4.yaml xxl-bf16-zero3-offload4 400 --num_processes 2 -- --max_steps 3
+  free -g | head -2 >> "$LOGS/machine.txt"
 fi
 python3 benchmarks/results_table.py "$OUT/results.jsonl" --scaling | tee "$OUT/table.txt"
