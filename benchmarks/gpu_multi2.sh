@@ -66,8 +66,9 @@ fi
 [[ " ${XXL:-} " == *" fsdp "* ]] && run xxl-fsdp2 fsdp4.yaml xxl-bf16-fsdp4 120 --num_processes 2 -- --max_steps 3
 if [[ " ${XXL:-} " == *" zero3 "* ]]; then
   wait; echo "cpu_adam build done at ${SECONDS}s"
+  (while sleep 10; do echo "$SECONDS s: $(free -g | sed -n 2p)"; done) > "$LOGS/host_memory.log" &  # pinned host memory
   # DeepSpeedCPUAdam steps with OpenMP threads: 16 a rank of the machine's 32 cores.
   OMP_NUM_THREADS=16 run xxl-zero3 zero3_offload4.yaml xxl-bf16-zero3-offload4 400 --num_processes 2 -- --max_steps 3
-  free -g | head -2 >> "$LOGS/machine.txt"
+  kill %% 2>/dev/null
 fi
 python3 benchmarks/results_table.py "$OUT/results.jsonl" --scaling | tee "$OUT/table.txt"
