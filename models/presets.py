@@ -3,7 +3,8 @@
 import json
 from pathlib import Path
 
-from transformers import Blip2Config
+import torch
+from transformers import Blip2Config, Blip2ForConditionalGeneration
 
 from recipes.errors import ConfigError
 
@@ -47,3 +48,14 @@ def load_preset_config(name: str) -> Blip2Config:
 def language_family(config: Blip2Config) -> str:
     """'opt' for decoder-only language models, 't5' for encoder-decoder ones."""
     return "opt" if config.use_decoder_only_language_model else "t5"
+
+
+def parameter_count(name_or_hub_id: str) -> int | None:
+    """Unique parameters of the preset named (or copied from the Hub id) `name_or_hub_id`, counted on the meta
+    device (no memory, ~0.1 s); None for anything else (a local folder, an unknown Hub id)."""
+    preset = find_preset(name_or_hub_id)
+    if preset is None:
+        return None
+    with torch.device("meta"):
+        model = Blip2ForConditionalGeneration._from_config(load_preset_config(preset))
+    return sum({id(p): p.numel() for p in model.parameters()}.values())

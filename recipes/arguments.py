@@ -126,6 +126,11 @@ class StrategyArguments:
         default=True,
         metadata={"help": "Under FSDP: each unit starts the next unit's all-gather as its own forward begins."},
     )
+    host_memory_check: bool = field(
+        default=True,
+        metadata={"help": "Under a DeepSpeed config that offloads to the CPU: refuse a run whose estimated host memory "
+                  "(~25 bytes a parameter, measured) exceeds this machine's; false skips the estimate."},
+    )
     lr_scaling: str = field(
         default="none",
         metadata={"help": "none: use learning_rate as given; linear: multiply it by global batch / "

@@ -1,10 +1,13 @@
 """Check a whole configuration before any weight is loaded, and report every problem at once."""
 
 import json
+import os
 from pathlib import Path
 
+import psutil
 import torch
 
+from models.presets import parameter_count
 from recipes.arguments import Arguments
 from recipes.errors import ConfigError
 from recipes.launch import launch_problems, read_launch
@@ -134,4 +137,37 @@ def deepspeed_problems(args: Arguments) -> list[str]:
     if strategy.load_in_4bit and zero.get("stage") == 3:
         problems.append("load_in_4bit with DeepSpeed ZeRO-3: ZeRO-3 cannot partition bitsandbytes' packed 4-bit "
                         "weights; use ds_configs/zero2_offload.json, or QLoRA without DeepSpeed")
-    return problems
+    return problems + host_memory_problems(args, zero, path or "the recipe's config")
+
+
+# Host memory a full fine-tune takes under ZeRO offload with DeepSpeedCPUAdam, per parameter (BENCHMARKS.md): for
+# blip2-flan-t5-xxl in bf16 each of 4 ranks held 72.09 GiB for its 3.02 B parameters, 25.6 bytes each: weights 2,
+# gradients 6, fp32 master weights and Adam's two moments 12, pinned staging buffers the rest. Without offload_param
+# the weights stay on the GPU.
+OFFLOAD_BYTES_PER_PARAMETER = 25
+OFFLOADED_WEIGHT_BYTES = 2
+GIB = 2**30
+
+
+def host_memory_problems(args: Arguments, zero: dict, config_name: str) -> list[str]:
+    """A ZeRO offload run whose optimizer cannot fit in this machine's memory, refused before the kernel's OOM
+    killer ends it in its first step (on 2 H200s with 251 GiB, blip2-flan-t5-xxl's ZeRO-3 offload was killed at
+    224 GiB in use). LoRA trains few parameters and is not estimated; neither is a model that is not a preset."""
+    offloads = {key: (zero.get(key) or {}).get("device") == "cpu" for key in ("offload_optimizer", "offload_param")}
+    if not offloads["offload_optimizer"] or not args.strategy.host_memory_check or args.strategy.use_peft:
+        return []
+    count = parameter_count(args.model.model_name_or_path)
+    if count is None:
+        return []
+    per_parameter = OFFLOAD_BYTES_PER_PARAMETER - (0 if offloads["offload_param"] else OFFLOADED_WEIGHT_BYTES)
+    world = args.training.world_size
+    machines = max(1, world // int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    need, have = count * per_parameter / machines, psutil.virtual_memory().total
+    if need <= have:
+        return []
+    spread = f", over {machines} machines" if machines > 1 else ""
+    return [f"deepspeed: {config_name} keeps the optimizer in host memory: about {need / GIB:.0f} GiB on each machine "
+            f"({per_parameter} bytes a parameter, measured, x {count / 1e9:.1f} B parameters{spread}), and this machine "
+            f"has {have / GIB:.0f} GiB: the kernel would kill the run in its first step. Use more machines "
+            "(--num_machines), FSDP over GPUs (accelerate_configs/fsdp4.yaml), LoRA (use_peft: true), or "
+            "host_memory_check: false where the machine's memory grows as it is used"]

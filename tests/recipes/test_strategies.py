@@ -1,10 +1,12 @@
 """Memory strategies chosen from the recipe, on the tiny model: LoRA, checkpointing, optimizers, LR scaling, checks."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
 from peft import PeftModel
+from transformers import TrainingArguments
 
 from data.synthetic import make_synthetic_dataset
 from models.build import build_model
@@ -107,6 +109,45 @@ def test_the_default_optim_written_out_is_swapped_under_deepspeed_too():
     args = parse_args([])
     args.training.deepspeed = "ds_configs/zero2_offload.json"
     assert deepspeed_problems(args) == []
+
+
+def offload_args(model: str, config: str, *words: str):
+    args = parse_args(["--model_name_or_path", model, *words])
+    args.training.deepspeed = f"ds_configs/{config}.json"  # set after parsing: deepspeed need not be installed
+    return args
+
+
+def machine_with(monkeypatch, gib: int) -> None:
+    total = SimpleNamespace(total=gib * 2**30)
+    monkeypatch.setattr("recipes.checks.psutil.virtual_memory", lambda: total)
+
+
+def test_zero_offload_that_cannot_fit_in_host_memory_is_refused_with_the_estimate(monkeypatch):
+    """The measured cases: xxl ZeRO-3 offload was killed on 2 H200s (251 GiB) and ZeRO-2 offload on one H100
+    (125 GiB); xxl ZeRO-3 ran on 4 H200s (512 GiB), opt-2.7b ZeRO-2 and ZeRO-3 offload on the H100."""
+    machine_with(monkeypatch, 251)
+    (problem,) = deepspeed_problems(offload_args("blip2-flan-t5-xxl", "zero3_offload"))
+    assert problem.startswith("deepspeed: ds_configs/zero3_offload.json keeps the optimizer in host memory: about "
+                              "282 GiB on each machine (25 bytes a parameter, measured, x 12.1 B parameters), and "
+                              "this machine has 251 GiB")
+    assert "use_peft: true" in problem and "host_memory_check: false" in problem
+    machine_with(monkeypatch, 125)
+    (problem,) = deepspeed_problems(offload_args("blip2-flan-t5-xxl", "zero2_offload"))
+    assert "about 259 GiB on each machine (23 bytes a parameter" in problem  # ZeRO-2: the weights stay on the GPU
+    assert deepspeed_problems(offload_args("blip2-opt-2.7b", "zero3_offload")) == []
+    assert deepspeed_problems(offload_args("blip2-opt-2.7b", "zero2_offload")) == []
+    machine_with(monkeypatch, 512)
+    assert deepspeed_problems(offload_args("blip2-flan-t5-xxl", "zero3_offload")) == []
+
+
+def test_the_host_memory_estimate_can_be_skipped_and_splits_over_machines(monkeypatch):
+    machine_with(monkeypatch, 251)
+    assert deepspeed_problems(offload_args("blip2-flan-t5-xxl", "zero3_offload", "--host_memory_check", "false")) == []
+    assert deepspeed_problems(offload_args("blip2-flan-t5-xxl", "zero3_offload", "--use_peft", "true")) == []
+    assert deepspeed_problems(offload_args("outputs/some-folder", "zero3_offload")) == []  # not a preset: no count
+    monkeypatch.setattr(TrainingArguments, "world_size", property(lambda self: 8))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # 2 machines of 4 processes: 141 GiB each
+    assert deepspeed_problems(offload_args("blip2-flan-t5-xxl", "zero3_offload")) == []
 
 
 def test_deepspeed_cpu_adam_is_no_optim_value():
