@@ -108,6 +108,8 @@ def strategy_problems(args: Arguments) -> list[str]:
     """Combinations of memory strategies that cannot run, each with a working alternative."""
     problems = []
     strategy, training = args.strategy, args.training
+    if strategy.fsdp_layers_per_unit < 1:
+        problems.append(f"fsdp_layers_per_unit: {strategy.fsdp_layers_per_unit}; use 1 or more")
     if strategy.lr_scaling not in LR_SCALINGS:
         problems.append(f"lr_scaling: {strategy.lr_scaling!r} is unknown; use one of {', '.join(LR_SCALINGS)}")
     if strategy.load_in_4bit and not strategy.use_peft:

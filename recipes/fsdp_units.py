@@ -2,8 +2,8 @@
 
 accelerate would call `fully_shard` once per layer. Every unit costs host work in each forward and backward
 (hooks, the all-gather's copy-in and copy-out, one setattr per parameter when gathered and again when freed),
-and BLIP-2 opt-2.7b has 83 layers: on 2 H200s that host work, not the NVLink transfers, held FSDP to 44 % of
-one GPU's speed (BENCHMARKS.md). Grouping layers (`fsdp_layers_per_unit`) divides the number of units; the price
+and BLIP-2 opt-2.7b has 83 layers: on 2 H200s that host work, not the NVLink transfers, held FSDP to 31-44 % of
+one GPU's speed per GPU, and 8 layers a unit raised it to 44-62 % (BENCHMARKS.md). Grouping layers (`fsdp_layers_per_unit`) divides the number of units; the price
 is memory, since a gathered unit is k layers wide. The forward prefetch issues the next unit's all-gather when a
 unit starts, instead of when the next one does, so the transfer runs while this unit's kernels are launched.
 

@@ -176,6 +176,11 @@ def fsdp_problems(args, launch: Launch) -> list[str]:
     if fsdp["auto_wrap_policy"] == "NO_WRAP":
         problems.append(f"fsdp_auto_wrap_policy: NO_WRAP makes the whole model one unit, gathered in full on every "
                         f"GPU: nothing saved; set fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP (as {FSDP_CONFIG} does)")
+    if fsdp["auto_wrap_policy"] == "SIZE_BASED_WRAP" and args.strategy.fsdp_layers_per_unit > 1:
+        problems.append(f"fsdp_layers_per_unit: {args.strategy.fsdp_layers_per_unit} "
+                        "groups the layers that TRANSFORMER_BASED_WRAP finds, but the launch wraps by size "
+                        f"(SIZE_BASED_WRAP); set fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP (as {FSDP_CONFIG} does) "
+                        "or drop the key")
     if fsdp["state_dict_type"] != "FULL_STATE_DICT" and args.strategy.save_model:
         problems.append(f"fsdp_state_dict_type: {fsdp['state_dict_type']} saves a distributed checkpoint, not a model "
                         "folder that from_pretrained and recipes/generate.py read; set fsdp_state_dict_type: "

@@ -55,6 +55,7 @@ CONFIG_MISTAKES = {
     "batch size 0": (["--per_device_train_batch_size", "0"], "per_device_train_batch_size: 0; use 1 or more"),
     "accumulation -1": (["--gradient_accumulation_steps", "-1"], "gradient_accumulation_steps: -1; use 1 or more"),
     "pixel cap 0": (["--max_image_pixels", "0"], "max_image_pixels: 0; use a positive pixel count"),
+    "fsdp units of 0 layers": (["--fsdp_layers_per_unit", "0"], "fsdp_layers_per_unit: 0; use 1 or more"),
     "output dir in use": (["--output_dir", "USED"], "already holds a saved model or checkpoints"),
     "resume from nothing": (["--resume_from_checkpoint", "last"], "holds no checkpoint-*"),
 }
