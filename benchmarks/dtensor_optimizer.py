@@ -4,7 +4,8 @@
 
 BLIP-2 opt-2.7b has 1,247 parameter tensors. On 2 H200s (torch 2.11) the profile of an FSDP2 step showed AdamW's
 step taking ~370 ms of host time, running per-tensor lerp_/sqrt/addcdiv_ instead of one fused kernel: this script
-times the variants on a model with the same number of tensors, each step synchronised, median of several:
+times the variants on a model with the same number of tensors (all evenly sharded), each step synchronised,
+median of several:
     fused / foreach / for-loop  torch.optim.AdamW on the DTensor parameters, as the Trainer builds it
     local-shards                AdamW (fused) stepping each DTensor's local shard (recipes/sharded_optim.py)
 and clip_grad_norm_ on the DTensors against the same norm computed from the local shards plus one all-reduce.
@@ -53,6 +54,14 @@ def timed(fn, repeats: int = 7) -> float:
     return statistics.median(times[1:])
 
 
+def local_grad_norm(params, norm_type: float = 2.0) -> torch.Tensor:
+    """The norm of all gradients of dim-0-sharded DTensor parameters, from the local shards plus one all-reduce."""
+    local = torch.nn.utils.get_total_norm([p.grad._local_tensor for p in params if p.grad is not None], norm_type)
+    powered = local.float().pow(norm_type)
+    dist.all_reduce(powered)
+    return powered.pow(1.0 / norm_type)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tensors", type=int, default=1247)
@@ -62,7 +71,7 @@ def main() -> None:
     rank = dist.get_rank()
     device = torch.device("cuda", rank)
     torch.cuda.set_device(device)
-    from recipes.sharded_optim import ShardLocalAdamW, local_grad_norm
+    from recipes.sharded_optim import ShardLocalAdamW
 
     results = {"world_size": dist.get_world_size(), "tensors": args.tensors, "torch": torch.__version__}
     for name, kwargs in {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False},

@@ -1,11 +1,13 @@
 """Optimizer steps on FSDP2's local shards, not through DTensor's per-operator dispatch.
 
-FSDP2 hands the optimizer its parameters, gradients and state as DTensors. Under torch 2.11 (the GPU image) the
-step of `AdamW(fused=True)` over BLIP-2 opt-2.7b's 1,247 DTensor parameters ran as per-tensor lerp_/sqrt/addcdiv_
-(~10,000 kernels), 370 ms of host time a step on an H200 machine, more than half of what a whole step takes on
-one GPU (BENCHMARKS.md; benchmarks/dtensor_optimizer.py times it). Every parameter is sharded along dim 0 and
-AdamW, Adam and SGD work element by element, so stepping each rank's local shards with the plain optimizer
-computes exactly the same update, with the fused kernel.
+FSDP2 hands the optimizer its parameters, gradients and state as DTensors. In the profile of an FSDP2 step of
+BLIP-2 opt-2.7b on 2 H200s (torch 2.11, the GPU image), `AdamW(fused=True)` over the 1,247 DTensor parameters ran
+as per-tensor lerp_/sqrt/addcdiv_ (~10,000 kernels): 370 ms of host time a step, more than half of a whole step on
+one GPU (BENCHMARKS.md, 2026-11-23). On evenly sharded tensors the same fused step takes 23 ms
+(benchmarks/dtensor_optimizer.py), so which of BLIP-2's parameters send it down the per-tensor path was not
+isolated. Every parameter is sharded along dim 0 and AdamW, Adam and SGD work element by element, so stepping
+each rank's local shards with the plain optimizer computes exactly the same update, with the optimizer's own
+kernels, whatever DTensor would have done.
 
 `ShardLocalStep` does that around the parent class's own `step`: for the step's duration each DTensor parameter is
 replaced in `param_groups` by its local tensor, with the local gradient and state; state the step creates is kept
@@ -88,13 +90,3 @@ def shard_local_class(optimizer_cls: type) -> type | None:
     if optimizer_cls in SHARD_LOCAL.values():
         return optimizer_cls
     return SHARD_LOCAL.get(optimizer_cls)
-
-
-def local_grad_norm(params, norm_type: float = 2.0) -> torch.Tensor:
-    """The norm of all gradients of dim-0-sharded DTensor parameters, from the local shards plus one all-reduce."""
-    import torch.distributed as dist
-
-    local = torch.nn.utils.get_total_norm([p.grad._local_tensor for p in params if p.grad is not None], norm_type)
-    powered = local.float().pow(norm_type)
-    dist.all_reduce(powered)
-    return powered.pow(1.0 / norm_type)
