@@ -45,6 +45,9 @@ run xxl-bf16-fsdp4 fsdp4.yaml 110 --max_steps 3 --save_model false
 wait "$cpu_adam"; echo "cpu_adam build: exit $? at ${SECONDS}s"
 # DeepSpeedCPUAdam steps with OpenMP; torchrun would give each of the 4 ranks one thread of the 64 cores. The
 # longest run: on one H100, ZeRO-3 offload of opt-2.7b took 114 s to its first step (pinning host memory).
-OMP_NUM_THREADS=12 run xxl-bf16-zero3-offload4 zero3_offload4.yaml 220 --max_steps 3 --save_model false
+# The recipe's host-memory estimate (~282 GiB here) is checked against MemTotal, which KINDS.md saw read 31 GiB on a
+# fresh machine of this kind whose memory then grew to 512 GiB: skip the estimate on this machine only.
+OMP_NUM_THREADS=12 run xxl-bf16-zero3-offload4 zero3_offload4.yaml 220 --max_steps 3 --save_model false \
+  --host_memory_check false
 python3 benchmarks/results_table.py "$OUT/results.jsonl" | tee "$OUT/table.txt"   # rank 0's breakdown at step 1
 python3 benchmarks/results_table.py "$OUT/results.jsonl" --scaling | tee -a "$OUT/table.txt"
