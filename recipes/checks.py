@@ -169,7 +169,7 @@ def host_memory_problems(args: Arguments, zero: dict, config_name: str) -> list[
         return []
     spread = f", over {machines} machines" if machines > 1 else ""
     return [f"deepspeed: {config_name} keeps the optimizer in host memory: about {need / GIB:.0f} GiB on each machine "
-            f"({per_parameter} bytes a parameter, measured, x {count / 1e9:.1f} B parameters{spread}), and this machine "
-            f"has {have / GIB:.0f} GiB: the kernel would kill the run in its first step. Use more machines "
-            "(--num_machines), FSDP over GPUs (accelerate_configs/fsdp4.yaml), LoRA (use_peft: true), or "
+            f"({per_parameter} bytes a parameter, from a measured run, x {count / 1e9:.1f} B parameters{spread}), "
+            f"and this machine has {have / GIB:.0f} GiB: the kernel would kill the run in its first step. Use more "
+            "machines (--num_machines), FSDP over GPUs (accelerate_configs/fsdp4.yaml), LoRA (use_peft: true), or "
             "host_memory_check: false where the machine's memory grows as it is used"]

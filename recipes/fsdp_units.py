@@ -3,9 +3,10 @@
 accelerate would call `fully_shard` once per layer. Every unit costs host work in each forward and backward
 (hooks, the all-gather's copy-in and copy-out, one setattr per parameter when gathered and again when freed),
 and BLIP-2 opt-2.7b has 83 layers: on 2 H200s that host work, not the NVLink transfers, held FSDP to 31-44 % of
-one GPU's speed per GPU, and 8 layers a unit raised it to 44-62 % (BENCHMARKS.md). Grouping layers (`fsdp_layers_per_unit`) divides the number of units; the price
-is memory, since a gathered unit is k layers wide. The forward prefetch issues the next unit's all-gather when a
-unit starts, instead of when the next one does, so the transfer runs while this unit's kernels are launched.
+one GPU's speed per GPU, and 8 layers a unit raised it to 44-62 % (BENCHMARKS.md). Grouping layers
+(`fsdp_layers_per_unit`) divides the number of units; the price is memory, since a gathered unit is k layers
+wide. The forward prefetch issues the next unit's all-gather when a unit starts, instead of when the next one
+does, so the transfer runs while this unit's kernels are launched.
 
 This module shards the layers itself, then leaves accelerate the rest of its FSDP2 setup (the embedding and head
 unit, the root unit, the optimizer, the state dict): it clears the plugin's wrap policy so that accelerate does
@@ -39,7 +40,8 @@ def layer_runs(model: torch.nn.Module, class_names: list[str]) -> list[list[torc
 
 
 def checkpoint_layers(model: torch.nn.Module, runs: list[list[torch.nn.Module]]) -> list[list[torch.nn.Module]]:
-    """Wraps every layer in torch's CheckpointWrapper (as accelerate's fsdp2_apply_ac does); returns the wrapped runs."""
+    """Wraps every layer in torch's CheckpointWrapper (as accelerate's fsdp2_apply_ac does); returns the wrapped
+    runs."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
     names = {id(module): name for name, module in model.named_modules()}

@@ -128,8 +128,8 @@ def test_zero_offload_that_cannot_fit_in_host_memory_is_refused_with_the_estimat
     machine_with(monkeypatch, 251)
     (problem,) = deepspeed_problems(offload_args("blip2-flan-t5-xxl", "zero3_offload"))
     assert problem.startswith("deepspeed: ds_configs/zero3_offload.json keeps the optimizer in host memory: about "
-                              "282 GiB on each machine (25 bytes a parameter, measured, x 12.1 B parameters), and "
-                              "this machine has 251 GiB")
+                              "282 GiB on each machine (25 bytes a parameter, from a measured run, x 12.1 B "
+                              "parameters), and this machine has 251 GiB")
     assert "use_peft: true" in problem and "host_memory_check: false" in problem
     machine_with(monkeypatch, 125)
     (problem,) = deepspeed_problems(offload_args("blip2-flan-t5-xxl", "zero2_offload"))
