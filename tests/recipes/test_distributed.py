@@ -97,13 +97,16 @@ def test_ddp_both_ranks_train_on_their_own_data_and_end_with_the_same_weights(ph
     # DDP's gradient buckets hold every gradient, and the gradients are views into them: no second copy
     # (recipes/launch.py configure_ddp), as DDP itself reports
     trainable_bytes = sum(t.numel() * t.element_size() for t in rank0["after"].values())
-    assert record["config"]["launch"]["ddp"]["gradient_as_bucket_view"] is True
+    ddp = record["config"]["launch"]["ddp"]
+    assert ddp["gradient_as_bucket_view"] is True and ddp["zero_grad_set_to_none"] is False
     for buffers in record["comm_buffers_per_rank"]:
         assert buffers["kind"] == "ddp" and buffers["bucket_bytes"] == trainable_bytes
         assert buffers["gradient_as_bucket_view"] is True and buffers["extra_bytes"] == 0
-    for snapshot in record["snapshots"]:  # a view is counted once, as a gradient
-        if snapshot["phase"] == "after_step":
-            assert snapshot["grads_cpu"] == trainable_bytes
+    # A view is counted once, as a gradient; zeroed in place, the views outlive the step (set to None, the next
+    # step's first micro-batches would accumulate into fresh tensors beside the buckets)
+    for snapshot in record["snapshots"]:
+        if snapshot["phase"] == "after_step" or (snapshot["step"], snapshot["phase"]) == (1, "before_fwd"):
+            assert snapshot["grads_cpu"] == trainable_bytes, snapshot
 
 
 @pytest.mark.parametrize("preset, precision, language_layer, layers_per_unit, units", [
