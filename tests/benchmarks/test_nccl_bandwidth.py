@@ -1,7 +1,6 @@
 """The collective bandwidth benchmark, run for real by torchrun: 2 gloo processes on CPU, tiny sizes."""
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -10,14 +9,9 @@ import pytest
 import torch
 
 from benchmarks import nccl_bandwidth
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_two_gloo_ranks_write_every_op_and_size_with_the_nccl_tests_bus_factor(tmp_path):

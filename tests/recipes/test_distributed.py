@@ -8,7 +8,6 @@ parameters and batches. About 10 s per launch with the tiny model.
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ import torch
 from safetensors.torch import load_file
 
 from data.synthetic import make_synthetic_dataset
+from tests.ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -31,12 +31,6 @@ def photos(tmp_path_factory):
     path = tmp_path_factory.mktemp("data") / "food"
     make_synthetic_dataset(path, num_train=48, num_test=8, seed=2, size=64)
     return str(path)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def train_words(photos: str, tmp_path: Path, *extra: str) -> list[str]:

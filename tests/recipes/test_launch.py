@@ -24,6 +24,7 @@ from recipes.checks import check_compatible
 from recipes.errors import ConfigError
 from recipes.launch import (configure_fsdp, launch_deepspeed_words, launch_problems, quant_storage, read_launch,
                             route_checkpointing, share_tied_embeddings)
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "accelerate_configs"
@@ -226,14 +227,9 @@ def fsdp_trainer(model, args=None, **plugin_args):
 @pytest.fixture
 def one_rank_group():
     """A process group of this process alone: fully_shard needs one, as every FSDP launch has."""
-    import socket
-
     import torch.distributed as dist
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     yield
     dist.destroy_process_group()
 

@@ -1,7 +1,6 @@
 """recipes/sharded_optim.py: stepping FSDP2's local shards computes what torch's optimizer computes on the DTensors."""
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -10,14 +9,9 @@ import pytest
 import torch
 
 from recipes.sharded_optim import ShardLocalAdamW, ShardLocalSGD, shard_local_class
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_only_elementwise_torch_optimizers_get_a_shard_local_variant():
