@@ -14,3 +14,30 @@ data_224() {
   [ -f data/synthetic_food-224/dataset_dict.json ] ||
     python3 -m data.synthetic --out data/synthetic_food-224 --size 224 --num-train 512 --num-test 64
 }
+
+# Logs go to one folder, packed into $OUT/logs.tgz when the script exits: a device call returns at most 8 files.
+keep_logs() {
+  LOGS=/tmp/logs
+  mkdir -p "$LOGS"
+  trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" .' EXIT
+}
+
+# run_recipe NAME CONFIG RECIPE LIMIT_S [accelerate flags...] -- [train.py overrides...]
+# recipes/blip2/RECIPE.yaml under accelerate_configs/CONFIG, its log in $LOGS/NAME.log and its record in
+# $OUT/results.jsonl. Its time limit is cut to leave 15 s before DEADLINE (seconds since the script started), and
+# it is skipped with under 30 s left. accelerate turns every exit code into 1: read the status from the record.
+run_recipe() {
+  local name=$1 config=$2 recipe=$3 limit=$4 flags=()
+  shift 4
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do flags+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  local left=$((DEADLINE - SECONDS - 15))
+  [ "$left" -lt "$limit" ] && limit=$left
+  if [ "$limit" -lt 30 ]; then echo "$name: skipped, ${left}s left"; return; fi
+  echo "=== $name (accelerate_configs/$config, limit ${limit}s, at ${SECONDS}s)"
+  timeout -k 15 "$limit" accelerate launch --config_file "accelerate_configs/$config" "${flags[@]}" recipes/train.py \
+    "recipes/blip2/$recipe.yaml" --results_file "$OUT/results.jsonl" --output_dir "/tmp/$name" \
+    --overwrite_output_dir true "$@" > "$LOGS/$name.log" 2>&1
+  echo "$name: exit $? after ${SECONDS}s"
+  grep -E "^(train |learning_rate:|gradient_checkpointing:|error)" "$LOGS/$name.log" | head -4
+}

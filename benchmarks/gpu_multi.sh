@@ -19,8 +19,7 @@ set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 DEADLINE=${DEADLINE:-570}  # seconds after this script starts; the device machine stops a command at 600
 RUNS=" ${RUNS:-opt27 xxl-fsdp xxl-zero3} "
-LOGS=/tmp/logs; mkdir -p "$LOGS"  # packed into one file: the device machine returns at most 8 files from $OUT
-trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" .' EXIT
+keep_logs
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$LOGS/gpu.txt"
 free -g | head -2 | tee -a "$LOGS/gpu.txt"
 python3 -c "import torch, transformers, accelerate; print('torch', torch.__version__, 'transformers', transformers.__version__, 'accelerate', accelerate.__version__)" | tee -a "$LOGS/gpu.txt"
@@ -31,18 +30,7 @@ if [[ "$RUNS" == *" xxl-zero3 "* ]]; then
   python3 -c "from deepspeed.ops.op_builder import CPUAdamBuilder; CPUAdamBuilder().load()" > "$LOGS/cpu_adam_build.log" 2>&1 &
 fi
 
-run() {  # run NAME CONFIG LIMIT_S [train.py overrides...]
-  local name=$1 config=$2 limit=$3; shift 3
-  local left=$((DEADLINE - SECONDS - 15))
-  [ "$left" -lt "$limit" ] && limit=$left
-  if [ "$limit" -lt 30 ]; then echo "$name: skipped, ${left}s left"; return; fi
-  echo "=== $name (accelerate_configs/$config, limit ${limit}s, at ${SECONDS}s)"
-  timeout -k 15 "$limit" accelerate launch --config_file "accelerate_configs/$config" recipes/train.py \
-    "recipes/blip2/$name.yaml" --results_file "$OUT/results.jsonl" --output_dir "/tmp/$name" \
-    --overwrite_output_dir true "$@" > "$LOGS/$name.log" 2>&1
-  echo "$name: exit $? after ${SECONDS}s"
-  grep -E "^(train |learning_rate:|gradient_checkpointing:|error)" "$LOGS/$name.log" | head -4
-}
+run() { local name=$1 config=$2 limit=$3; shift 3; run_recipe "$name" "$config" "$name" "$limit" -- "$@"; }
 
 if [[ "$RUNS" == *" opt27 "* ]]; then
   # A fresh machine's first run loads CUDA's kernels from disk (80 against 95 samples/s after step 1 on 2 H200s,

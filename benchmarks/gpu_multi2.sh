@@ -18,9 +18,7 @@
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 DEADLINE=${DEADLINE:-575}  # seconds after this script starts; the device machine stops a command at 600
-LOGS=/tmp/logs; mkdir -p "$LOGS"
-pack() { tar czf "$OUT/logs.tgz" -C "$LOGS" . ; }
-trap pack EXIT
+keep_logs
 { nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; nvidia-smi topo -m; free -g | head -2
   python3 -c "import torch, transformers, accelerate; print('torch', torch.__version__, 'transformers', transformers.__version__, 'accelerate', accelerate.__version__)"
   echo "NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-unset}"; } > "$LOGS/machine.txt" 2>&1
@@ -36,19 +34,7 @@ if [ "${OPTIM:-0}" = 1 ]; then
   tail -25 "$LOGS/optim.log"
 fi
 
-run() {  # run NAME CONFIG RECIPE LIMIT_S [accelerate flags...] -- [train.py overrides...]
-  local name=$1 config=$2 recipe=$3 limit=$4; shift 4
-  local flags=()
-  while [ $# -gt 0 ] && [ "$1" != "--" ]; do flags+=("$1"); shift; done
-  shift
-  local left=$((DEADLINE - SECONDS - 10))
-  [ "$left" -lt "$limit" ] && limit=$left
-  if [ "$limit" -lt 30 ]; then echo "$name: skipped, ${left}s left"; return; fi
-  timeout -k 10 "$limit" accelerate launch --config_file "accelerate_configs/$config" "${flags[@]}" recipes/train.py \
-    "recipes/blip2/$recipe.yaml" --results_file "$OUT/results.jsonl" --output_dir "/tmp/$name" \
-    --overwrite_output_dir true --save_model false "$@" > "$LOGS/$name.log" 2>&1
-  echo "$name: exit $? at ${SECONDS}s | $(grep -h "^train " "$LOGS/$name.log")"
-}
+run() { run_recipe "$@" --save_model false; }  # run_recipe (device_env.sh); these runs measure, none saves
 
 [ "${WARMUP:-0}" = 1 ] && run warmup single.yaml opt27-bf16-1gpu 60 -- --max_steps 2 --results_file /tmp/warmup.jsonl
 run 1gpu single.yaml opt27-bf16-1gpu 100 --
