@@ -14,16 +14,15 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import recipes  # noqa: E402,F401  (quiets a bitsandbytes import warning)
+import altscale.patches.bitsandbytes  # noqa: F401  (first: it quiets a bitsandbytes import-time warning)
 
-import torch  # noqa: E402
+import torch
 
-from data.collate import CaptionCollator  # noqa: E402
-from data.loading import load_caption_dataset  # noqa: E402
-from models.build import build_model  # noqa: E402
-from recipes.arguments import model_dtype  # noqa: E402
+from altscale.families.blip2.collate import CaptionCollator
+from altscale.data.loading import load_caption_dataset
+from altscale.families.blip2.model import build_model
+from altscale.config.arguments import model_dtype
 
 
 def sync() -> None:

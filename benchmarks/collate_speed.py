@@ -11,17 +11,16 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import recipes  # noqa: E402,F401
+import altscale.patches.bitsandbytes  # noqa: F401  (first: it quiets a bitsandbytes import-time warning)
 
-import torch  # noqa: E402
-from transformers import Blip2Processor, BlipImageProcessorPil  # noqa: E402
+import torch
+from transformers import Blip2Processor, BlipImageProcessorPil
 
-from data.collate import CaptionCollator  # noqa: E402
-from data.loading import load_caption_dataset  # noqa: E402
-from models.presets import load_preset_config  # noqa: E402
-from models.processor import build_offline_processor  # noqa: E402
+from altscale.families.blip2.collate import CaptionCollator
+from altscale.data.loading import load_caption_dataset
+from altscale.families import random_init_config
+from altscale.families.blip2.processor import build_offline_processor
 
 
 def main() -> None:
@@ -32,7 +31,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args()
     torch.set_num_threads(1)  # as in a DataLoader worker
-    config = load_preset_config(args.model)
+    config = random_init_config(args.model)
     default = build_offline_processor(config)
     image_processor = default.image_processor
     pil = Blip2Processor(BlipImageProcessorPil(**{k: getattr(image_processor, k) for k in ("size", "image_mean", "image_std")},

@@ -43,15 +43,14 @@ from datetime import timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-import recipes  # noqa: E402,F401  (first: it quiets a bitsandbytes import-time warning)
+import altscale.patches.bitsandbytes  # noqa: F401  (first: it quiets a bitsandbytes import-time warning)
 
-import torch  # noqa: E402
+import torch
 
-from callbacks.results import append_json_line, git_commit, library_versions, read_records  # noqa: E402
-from benchmarks.compatibility_verdicts import replay_verdict, validator_off, verdict  # noqa: E402
-from recipes import train  # noqa: E402
+from altscale.callbacks.results import append_json_line, git_commit, library_versions, read_records
+from benchmarks.compatibility_verdicts import replay_verdict, validator_off, verdict
+from recipes import train
 
 MATRIX_VERSION = 1
 PRECISIONS = ("32-true", "bf16-true", "bf16-mixed")
@@ -359,7 +358,7 @@ def merge_ranks(per_rank: list[dict]) -> dict:
 
 def make_photos(path: Path) -> None:
     """The cells' photos, written once; a lock, because the GPU script starts several launches side by side."""
-    from data.synthetic import make_synthetic_dataset
+    from altscale.data.synthetic import make_synthetic_dataset
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.parent / "photos.lock", "w") as lock:

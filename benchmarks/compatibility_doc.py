@@ -18,13 +18,12 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.compatibility import (  # noqa: E402
+from benchmarks.compatibility import (
     ADAPTERS, BASE_WORDS, CHECKPOINTING, DEEPSPEED_CONFIGS, LAUNCHES, OPTIMIZERS, PLAN, PRECISIONS, Cell, cells_for,
     planned_cells, status_of, unplanned)
-from benchmarks.compatibility_verdicts import memoized_validator, replay_verdict  # noqa: E402
-from callbacks.results import read_records  # noqa: E402
+from benchmarks.compatibility_verdicts import memoized_validator, replay_verdict
+from altscale.callbacks.results import read_records
 
 RESULTS_GLOB = "benchmarks/results/*-compatibility*.jsonl"
 DOC = ROOT / "docs" / "compatibility.md"

@@ -18,12 +18,12 @@ from unittest import mock
 
 from transformers import TrainingArguments
 
-import models.build
-import recipes.arguments
-from recipes.arguments import check_deepspeed_installed, parse_args, precision_flags
-from recipes.checks import check_compatible
-from recipes.errors import ConfigError
-from recipes.launch import launch_deepspeed_words
+import altscale.models.build
+import altscale.config.arguments
+from altscale.config.arguments import check_deepspeed_installed, parse_args, precision_flags
+from altscale.config.checks import check_compatible
+from altscale.config.errors import ConfigError
+from altscale.strategies.launch import launch_deepspeed_words
 
 # Every check this project adds before a model is built. A run with them patched out meets only the libraries.
 VALIDATOR = ("recipes.train.check_compatible", "recipes.arguments.check_deepspeed_installed",

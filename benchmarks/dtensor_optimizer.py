@@ -22,7 +22,6 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root holds the packages
 
 
 def build(tensors: int, device: torch.device) -> torch.nn.Module:
@@ -71,7 +70,7 @@ def main() -> None:
     rank = dist.get_rank()
     device = torch.device("cuda", rank)
     torch.cuda.set_device(device)
-    from recipes.sharded_optim import ShardLocalAdamW
+    from altscale.strategies.sharded_optim import ShardLocalAdamW
 
     results = {"world_size": dist.get_world_size(), "tensors": args.tensors, "torch": torch.__version__}
     for name, kwargs in {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False},

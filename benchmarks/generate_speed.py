@@ -10,12 +10,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from data.loading import load_caption_dataset  # noqa: E402
-from models.captioner import build_collator, load_captioner, resolve_dtype, write_alt_text  # noqa: E402
+from altscale.data.loading import load_caption_dataset
+from altscale.families.blip2.captioner import build_collator, load_captioner, resolve_dtype, write_alt_text
 
 
 def sync() -> None:

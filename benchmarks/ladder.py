@@ -15,11 +15,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.results_table import HEADER, aligned, rows  # noqa: E402
-from callbacks.results import read_records  # noqa: E402
-from recipes.arguments import load_recipe  # noqa: E402
+from benchmarks.results_table import HEADER, aligned, rows
+from altscale.callbacks.results import read_records
+from altscale.config.arguments import load_recipe
 
 LADDER_FILE = ROOT / "recipes" / "ladder.txt"
 BENCH_OVERRIDES = ["--max_steps", "3", "--save_model", "false"]

@@ -10,10 +10,9 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root holds the packages
 
-import recipes  # noqa: E402,F401  (first: it quiets a bitsandbytes import-time warning)
-from callbacks.results import read_records  # noqa: E402
+import altscale.patches.bitsandbytes  # noqa: F401  (first: it quiets a bitsandbytes import-time warning)
+from altscale.callbacks.results import read_records
 
 GIB = 2**30
 CATEGORIES = ("params_gpu", "grads_gpu", "optim_gpu", "optim_cpu", "act_other_bytes", "allocated_bytes", "reserved_bytes")

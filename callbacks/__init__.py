@@ -1,11 +1,11 @@
 """Callbacks that watch a Trainer run: memory per category, run summary, effective configuration, results.
 
-Use from a recipe:
+Use from a recipe (the family counts its own FLOPs: families/<family>/flops.py):
 
-    from callbacks import build_callbacks, log_memory_before_reporters, oom_report, write_run_record
+    from altscale.callbacks import build_callbacks, log_memory_before_reporters, memory_callback, oom_report, write_run_record
 
     callbacks = build_callbacks(memory_log_steps=args.memory_log_steps, results_file=args.results_file,
-                                flops_per_sample=blip2_flops_per_sample(model.config, text_tokens=40))
+                                flops_per_sample=family.flops_per_sample(model.config, collator, train_set))
     trainer = Trainer(..., callbacks=callbacks)
     log_memory_before_reporters(trainer)       # so TensorBoard sees the memory/* values (optional)
     status, error = "ok", None
@@ -16,7 +16,7 @@ Use from a recipe:
         print(oom_report(memory_callback(trainer), exc))
     write_run_record(trainer, status=status, recipe="opt27-bf16", config={"model": asdict(model_args)}, error=error)
 
-Public API:
+Public API (tests/callbacks/test_api.py checks these signatures against the code):
     build_callbacks(memory_log_steps=50, results_file="runs/results.jsonl", flops_per_sample=None,
                     peak_flops=None, process_start_time=None, query_tokens_per_sample=0, startup=None)
                     -> list[TrainerCallback]
@@ -24,25 +24,27 @@ Public API:
     log_memory_before_reporters(trainer) -> None
     write_run_record(trainer, *, status, recipe, config=None, error=None, results_file=None) -> dict
     oom_report(memory_callback, exc=None) -> str
-    memory_by_category(model, optimizer=None) -> dict[str, int | None]      (bytes; see callbacks.memory)
+    memory_by_category(model, optimizer=None, grad_buffers=None) -> dict[str, int | None]   (bytes; see callbacks.memory)
     format_snapshot(row) -> str
-    describe_effective_config(trainer) -> dict; effective_config(args, model, optimizer) -> dict
+    describe_effective_config(trainer) -> dict
+    effective_config(args, model, optimizer=None) -> dict
     format_effective_config(config) -> str
-    blip2_flops_per_sample(config, text_tokens, multipliers=None) -> float; peak_bf16_flops(device_name) -> float | None
+    format_summary(summary) -> str
+    peak_bf16_flops(device_name) -> float | None
 """
 
 from __future__ import annotations
 
 from transformers import TrainerCallback
 
-from callbacks.effective_config import describe_effective_config, effective_config, format_effective_config
-from callbacks.flops import blip2_flops_per_sample, peak_bf16_flops
-from callbacks.memory import MemoryCallback, format_snapshot, memory_by_category, oom_report
-from callbacks.results import write_run_record
-from callbacks.summary import RunSummaryCallback, format_summary
+from altscale.callbacks.effective_config import describe_effective_config, effective_config, format_effective_config
+from altscale.callbacks.flops import peak_bf16_flops
+from altscale.callbacks.memory import MemoryCallback, format_snapshot, memory_by_category, oom_report
+from altscale.callbacks.results import write_run_record
+from altscale.callbacks.summary import RunSummaryCallback, format_summary
 
 __all__ = [
-    "MemoryCallback", "RunSummaryCallback", "blip2_flops_per_sample", "build_callbacks", "describe_effective_config",
+    "MemoryCallback", "RunSummaryCallback", "build_callbacks", "describe_effective_config",
     "effective_config", "format_effective_config", "format_snapshot", "format_summary", "log_memory_before_reporters",
     "memory_by_category", "memory_callback", "oom_report", "peak_bf16_flops", "write_run_record",
 ]

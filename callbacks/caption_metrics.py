@@ -5,8 +5,8 @@ Off by default (caption_metrics_samples: 0): generating captions costs far more 
 
 from transformers import TrainerCallback
 
-from metrics import compute_scores
-from models.generation import generate_captions
+from altscale.metrics import compute_scores
+from altscale.families.blip2.generation import generate_captions
 
 
 def caption_scores(model, collator, images: list, references: list[str], max_new_tokens: int = 30) -> dict:

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from callbacks.memory import DTensor, unwrap_optimizer, zero_stage
+from altscale.callbacks.memory import DTensor, unwrap_optimizer, zero_stage
 
 
 def _class_name(obj: Any) -> str | None:

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from callbacks.memory import MemoryCallback, communication_buffers
-from callbacks.summary import RunSummaryCallback, device_name
+from altscale.callbacks.memory import MemoryCallback, communication_buffers
+from altscale.callbacks.summary import RunSummaryCallback, device_name
 
 LIBRARIES = ("torch", "transformers", "accelerate", "peft", "deepspeed", "bitsandbytes")
 

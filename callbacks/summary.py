@@ -22,9 +22,9 @@ import psutil
 import torch
 from transformers import TrainerCallback
 
-from callbacks.effective_config import effective_config, format_effective_config
-from callbacks.flops import peak_bf16_flops
-from callbacks.gpu_utilization import UtilizationSampler
+from altscale.callbacks.effective_config import effective_config, format_effective_config
+from altscale.callbacks.flops import peak_bf16_flops
+from altscale.callbacks.gpu_utilization import UtilizationSampler
 
 
 def device_name() -> str:

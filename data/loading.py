@@ -5,7 +5,7 @@ from pathlib import Path
 
 from datasets import Dataset, DatasetDict, Image, load_dataset, load_from_disk
 
-from recipes.errors import DataError
+from altscale.config.errors import DataError
 
 METADATA_FILES = ("metadata.jsonl", "metadata.csv")
 EXPECTED_LAYOUTS = (
@@ -110,3 +110,18 @@ def select_splits(
     if eval_set is not None:
         eval_set = _take(eval_set.shuffle(seed=seed), num_eval_samples, "eval", "num_eval_samples")
     return train_set, eval_set
+
+
+def load_split(dataset_path: str, split: str, num_samples: int | None = None, *, image_column: str = "image",
+               text_column: str = "text") -> tuple[list[str], list, list[str]]:
+    """(names, images, reference captions) of a dataset split."""
+    dataset = load_caption_dataset(dataset_path, image_column=image_column, text_column=text_column)
+    if split not in dataset:
+        raise DataError(f"split: {split!r} is not in {dataset_path}, which has splits {list(dataset)}; pass --split with one of them")
+    rows = dataset[split]
+    if num_samples is not None:
+        if not 1 <= num_samples <= len(rows):
+            raise DataError(f"num_samples: {num_samples}, but split {split!r} has {len(rows)} examples; ask for 1 to {len(rows)}")
+        rows = rows.select(range(num_samples))
+    names = [f"{dataset_path}:{split}[{i}]" for i in range(len(rows))]
+    return names, list(rows["image"]), list(rows["text"])  # the collator converts to RGB as in training

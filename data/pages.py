@@ -11,10 +11,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from PIL import Image
 
-from data.collate import to_rgb
-from recipes.errors import DataError
+from altscale.data.images import open_image  # noqa: F401  (pages.open_image: an <img>'s picture)
+from altscale.config.errors import DataError
 
 HTML_SUFFIXES = (".html", ".htm")
 OUTPUT_SUFFIX = ".alt"  # page.html -> page.alt.html; such files are outputs, never inputs
@@ -138,15 +137,6 @@ def resolve_src(src: str | None, page: Path) -> tuple[Path | None, str]:
     if not path.is_file():
         return None, f"missing file {path}"
     return path, ""
-
-
-def open_image(path: Path) -> Image.Image | None:
-    """The picture as RGB, converted as in training (data.collate.to_rgb), or None if PIL cannot read it."""
-    try:
-        with Image.open(path) as image:
-            return to_rgb(image) if image.mode != "RGB" else image.copy()
-    except (OSError, ValueError, Image.DecompressionBombError):
-        return None
 
 
 def set_alt_texts(text: str, edits: list[tuple[ImgTag, str]]) -> str:

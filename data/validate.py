@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datasets import Dataset, Image
 from PIL import Image as PILImage
 
-from recipes.errors import DataError
+from altscale.config.errors import DataError
 
 MAX_LISTED = 20  # bad examples named in a message; the report file holds them all
 VALIDATION_THREADS = 8  # PIL releases the GIL while decoding, so threads overlap the work

@@ -1,31 +1,13 @@
-"""LoRA and QLoRA: which layers get adapters, and wrapping the model with peft."""
+"""LoRA and QLoRA: wrapping any family's model with peft. Which layers get adapters by default is the family's
+choice (Family.default_lora_targets); a recipe's lora_target_modules overrides it."""
 
 import re
 
 from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
 
-# Adapters on the language model's attention and MLP and on the Q-Former's attention: the parts that
-# turn image features into words. The ViT-g vision tower stays frozen, as in BLIP-2's own training.
-LORA_TARGETS = {
-    "opt": r".*language_model\..*\.(q_proj|k_proj|v_proj|out_proj|fc1|fc2)",
-    "t5": r".*language_model\..*\.(q|k|v|o|wi_0|wi_1|wo)",
-}
-QFORMER_TARGETS = r".*qformer\..*\.(query|key|value)"
 
-
-def default_lora_targets(family: str) -> str:
-    """A regular expression peft matches against full module names."""
-    return f"{LORA_TARGETS[family]}|{QFORMER_TARGETS}"
-
-
-def build_lora_config(family: str, r: int, alpha: int, dropout: float, targets: list[str] | None) -> LoraConfig:
-    return LoraConfig(
-        r=r,
-        lora_alpha=alpha,
-        lora_dropout=dropout,
-        target_modules=targets or default_lora_targets(family),
-        bias="none",
-    )
+def build_lora_config(r: int, alpha: int, dropout: float, targets: str | list[str]) -> LoraConfig:
+    return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, bias="none")
 
 
 def apply_lora(model, lora_config: LoraConfig, *, quantized: bool, gradient_checkpointing: bool):

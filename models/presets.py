@@ -1,12 +1,13 @@
-"""Named BLIP-2 architectures kept in the repo, so a model can be built with no network."""
+"""Named architectures kept in the repo (models/configs/*.json), so a model can be built with no network.
+
+Each file holds a transformers config plus two keys of ours: `_family`, the folder under families/ that builds it,
+and `_hub_id`, the checkpoint whose architecture it copies (null for the tiny test models).
+"""
 
 import json
 from pathlib import Path
 
-import torch
-from transformers import Blip2Config, Blip2ForConditionalGeneration
-
-from recipes.errors import ConfigError
+from altscale.config.errors import ConfigError
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
@@ -34,28 +35,16 @@ def hub_id(preset: str) -> str | None:
     return _read(preset)["_hub_id"]
 
 
-def load_preset_config(name: str) -> Blip2Config:
+def preset_family(preset: str) -> str:
+    """The family folder (families/<name>/) that builds this preset."""
+    return _read(preset)["_family"]
+
+
+def preset_fields(name: str) -> dict:
+    """The preset's transformers config as a dict; an unknown name is the user's error, with the known ones."""
     if name not in preset_names():
         raise ConfigError(
             f"model_name_or_path: {name!r} is not a preset; use one of {', '.join(preset_names())}, "
             "a Hub id or a local model directory"
         )
-    fields = _read(name)
-    fields.pop("_hub_id")
-    return Blip2Config.from_dict(fields)
-
-
-def language_family(config: Blip2Config) -> str:
-    """'opt' for decoder-only language models, 't5' for encoder-decoder ones."""
-    return "opt" if config.use_decoder_only_language_model else "t5"
-
-
-def parameter_count(name_or_hub_id: str) -> int | None:
-    """Unique parameters of the preset named (or copied from the Hub id) `name_or_hub_id`, counted on the meta
-    device (no memory, ~0.1 s); None for anything else (a local folder, an unknown Hub id)."""
-    preset = find_preset(name_or_hub_id)
-    if preset is None:
-        return None
-    with torch.device("meta"):
-        model = Blip2ForConditionalGeneration._from_config(load_preset_config(preset))
-    return sum({id(p): p.numel() for p in model.parameters()}.values())
+    return {key: value for key, value in _read(name).items() if not key.startswith("_")}

@@ -15,40 +15,22 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root holds the packages
+import altscale.patches.bitsandbytes  # noqa: F401  (first: it quiets a bitsandbytes import-time warning)
+from transformers import set_seed
 
-import recipes  # noqa: E402,F401  (first: it quiets a bitsandbytes import-time warning)
-
-import torch  # noqa: E402
-from transformers import set_seed  # noqa: E402
-
-from data import pages  # noqa: E402
-from data.loading import load_caption_dataset  # noqa: E402
-from models.captioner import build_collator, load_captioner, resolve_dtype, write_alt_text  # noqa: E402
-from recipes.arguments import Parser  # noqa: E402
-from recipes.errors import ConfigError, DataError, run_cli  # noqa: E402
-
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp", ".tif", ".tiff")
-
-
-@dataclass
-class CaptionerArguments:
-    model_name_or_path: str | None = field(
-        default=None,
-        metadata={"help": "A fine-tuned model folder or Hub id; with --adapter, its base (default: the base named in "
-                  "adapter_config.json). A preset name (blip2-tiny-opt) gives an untrained model, for a baseline."},
-    )
-    adapter: str | None = field(default=None, metadata={"help": "A LoRA/QLoRA adapter folder or Hub id, put on the model."})
-    processor_name_or_path: str | None = field(default=None, metadata={"help": "Default: the adapter folder's, else the model's."})
-    dtype: str = field(default="auto", metadata={"help": "auto (bfloat16 on a GPU, float32 on the CPU), float32, bfloat16, float16."})
-    load_in_4bit: bool = field(default=False, metadata={"help": "Load the base in 4-bit NF4, as a QLoRA adapter was trained (CUDA GPU only)."})
-    batch_size: int = field(default=16, metadata={"help": "Images per generate call."})
-    num_beams: int = field(default=1, metadata={"help": "1: greedy; more: beam search."})
-    max_new_tokens: int = field(default=30, metadata={"help": "Longest alt text generated, in tokens."})
-    prompt: str = field(default="", metadata={"help": "Text the model reads before writing; use the prompt it was trained with."})
-    max_alt_chars: int = field(default=125, metadata={"help": "Alt text is cut at a word boundary to at most this many characters."})
-    seed: int = field(default=0, metadata={"help": "Seeds the random weights of an untrained preset."})
-
+from altscale.data import pages
+from altscale.data.images import load_images
+from altscale.data.loading import load_split
+from altscale.families.blip2.captioner import (
+    CaptionerArguments,
+    build_collator,
+    check_captioner,
+    load_captioner,
+    resolve_dtype,
+    write_alt_text,
+)
+from altscale.config.arguments import Parser
+from altscale.config.errors import ConfigError, DataError, run_cli
 
 @dataclass
 class SourceArguments:
@@ -69,20 +51,6 @@ def parse_args(argv: list[str] | None, groups=(CaptionerArguments, SourceArgumen
     return Parser(groups).parse_args_into_dataclasses(args=argv)
 
 
-def check_captioner(args: CaptionerArguments) -> list[str]:
-    problems = []
-    if args.model_name_or_path is None and args.adapter is None:
-        problems.append("model_name_or_path: not given; name a fine-tuned model folder or Hub id, or an adapter with --adapter")
-    for name in ("batch_size", "num_beams", "max_new_tokens"):
-        if getattr(args, name) < 1:
-            problems.append(f"{name}: {getattr(args, name)}; use 1 or more")
-    if args.load_in_4bit and not torch.cuda.is_available():
-        problems.append("load_in_4bit: bitsandbytes' 4-bit kernels need a CUDA GPU; on the CPU drop it (the adapter then sits on full-precision weights)")
-    if args.max_alt_chars < 16:
-        problems.append(f"max_alt_chars: {args.max_alt_chars} leaves no room for a description; use 16 or more (125 is usual)")
-    return problems
-
-
 def check_sources(args: SourceArguments) -> list[str]:
     problems = []
     given = [name for name in ("images", "dataset_path", "html") if getattr(args, name)]
@@ -95,40 +63,6 @@ def check_sources(args: SourceArguments) -> list[str]:
     if args.html and args.html_out and Path(args.html_out).resolve() == Path(args.html).resolve():
         problems.append(f"--html_out {args.html_out} is the input; to overwrite it say --in_place true instead")
     return problems
-
-
-def load_images(path: Path) -> tuple[list[str], list, list[str]]:
-    """(names, RGB images, problems) for an image file or every image under a folder."""
-    if not path.exists():
-        raise DataError(f"images: {path} does not exist; give an image file or a folder of images")
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
-    if not files:
-        raise DataError(f"images: folder {path} holds no images ({', '.join(IMAGE_SUFFIXES)})")
-    names, images, problems = [], [], []
-    for file in files:
-        image = pages.open_image(file)
-        if image is None:
-            problems.append(f"skipped {file}: not a readable image")
-        else:
-            names.append(str(file))
-            images.append(image)
-    if path.is_file() and not images:
-        raise DataError(f"images: {path} is not an image that PIL can read; give a PNG, JPEG, WebP, GIF, BMP or TIFF file")
-    return names, images, problems
-
-
-def load_split(args: SourceArguments) -> tuple[list[str], list, list[str]]:
-    """(names, images, reference captions) of a dataset split."""
-    dataset = load_caption_dataset(args.dataset_path, image_column=args.image_column, text_column=args.text_column)
-    if args.split not in dataset:
-        raise DataError(f"split: {args.split!r} is not in {args.dataset_path}, which has splits {list(dataset)}; pass --split with one of them")
-    split = dataset[args.split]
-    if args.num_samples is not None:
-        if not 1 <= args.num_samples <= len(split):
-            raise DataError(f"num_samples: {args.num_samples}, but split {args.split!r} has {len(split)} examples; ask for 1 to {len(split)}")
-        split = split.select(range(args.num_samples))
-    names = [f"{args.dataset_path}:{args.split}[{i}]" for i in range(len(split))]
-    return names, list(split["image"]), list(split["text"])  # the collator converts to RGB as in training
 
 
 def write_jsonl(rows: list[dict], output: str | None) -> None:
@@ -184,7 +118,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         for problem in problems:
             print(problem, file=sys.stderr)
     else:
-        names, images, references = load_split(source)
+        names, images, references = load_split(source.dataset_path, source.split, source.num_samples,
+                                               image_column=source.image_column, text_column=source.text_column)
     set_seed(model_args.seed)
     model, processor, described = load_captioner(
         model_args.model_name_or_path, adapter=model_args.adapter,

@@ -15,15 +15,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run as a script: the repo root holds the packages
-
-import recipes  # noqa: E402,F401  (first: it quiets a bitsandbytes import-time warning)
-
-from metrics import METRICS, compute_scores  # noqa: E402
-from recipes.errors import ConfigError, DataError, run_cli  # noqa: E402
-from recipes.arguments import Parser  # noqa: E402
-from recipes.generate import CaptionerArguments, check_captioner, load_split  # noqa: E402
+import altscale.patches.bitsandbytes  # noqa: F401  (first: it quiets a bitsandbytes import-time warning)
+from altscale.metrics import METRICS, compute_scores
+from altscale.config.errors import ConfigError, DataError, run_cli
+from altscale.config.arguments import Parser
+from altscale.data.loading import load_split
+from altscale.families.blip2.captioner import CaptionerArguments, check_captioner
 
 # The one number each module contributes to the table (others stay in the JSON).
 HEADLINE = {"bleu": ["bleu"], "rouge_l": ["rougeL"], "cider": ["cider"], "meteor": ["meteor"], "caption_match": ["exact_match", "token_f1"]}
@@ -54,13 +51,12 @@ def read_predictions(path: Path) -> tuple[list[str], list[str]]:
 
 
 def generate_for_split(model_args: CaptionerArguments, data: ScoreArguments) -> tuple[list[str], list[str], str]:
-    from models.captioner import build_collator, load_captioner, resolve_dtype, write_alt_text
-    from recipes.generate import SourceArguments
     from transformers import set_seed
 
-    source = SourceArguments(dataset_path=data.dataset_path, split=data.split, num_samples=data.num_samples,
-                             image_column=data.image_column, text_column=data.text_column)
-    _, images, references = load_split(source)  # data mistakes fail before any weight is loaded
+    from altscale.families.blip2.captioner import build_collator, load_captioner, resolve_dtype, write_alt_text
+
+    _, images, references = load_split(data.dataset_path, data.split, data.num_samples, image_column=data.image_column,
+                                       text_column=data.text_column)  # data mistakes fail before any weight is loaded
     set_seed(model_args.seed)
     model, processor, described = load_captioner(model_args.model_name_or_path, adapter=model_args.adapter,
                                                  processor_name_or_path=model_args.processor_name_or_path,

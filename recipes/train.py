@@ -12,17 +12,13 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-PROCESS_START = time.time()
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root holds the packages
+import altscale.patches.bitsandbytes  # noqa: F401  (first: it quiets a bitsandbytes import-time warning)
+import psutil
+import torch
+from transformers import Trainer, set_seed
 
-import recipes  # noqa: E402,F401  (first: it quiets a bitsandbytes import-time warning)
-
-import torch  # noqa: E402
-from transformers import Trainer, set_seed  # noqa: E402
-
-from callbacks import (  # noqa: E402
+from altscale.callbacks import (
     MemoryCallback,
-    blip2_flops_per_sample,
     build_callbacks,
     format_summary,
     log_memory_before_reporters,
@@ -30,24 +26,24 @@ from callbacks import (  # noqa: E402
     oom_report,
     write_run_record,
 )
-from callbacks.caption_metrics import build_caption_metrics_callbacks  # noqa: E402
-from callbacks.interrupt import InterruptCallback, TrainingInterrupted  # noqa: E402
-from callbacks.profiler import ProfilerCallback  # noqa: E402
-from data.collate import CaptionCollator  # noqa: E402
-from data.loading import load_caption_dataset, select_splits  # noqa: E402
-from data.validate import validate_splits  # noqa: E402
-from models.adapters import apply_lora, build_lora_config  # noqa: E402
-from models.build import build_model, build_quantization_config  # noqa: E402
-from models.generation import generate_captions  # noqa: E402
-from models.presets import language_family  # noqa: E402
-from recipes.arguments import Arguments, model_dtype, parse_args  # noqa: E402
-from recipes.checks import check_compatible  # noqa: E402
-from recipes.cuda_graphs import GraphedTrainer  # noqa: E402
-from recipes.errors import EXIT_USER_ERROR, AltscaleError  # noqa: E402
-from recipes.launch import configure_ddp, configure_fsdp, quant_storage, read_launch, route_checkpointing  # noqa: E402
-from recipes.publish import publish_run, push_adjustment, trainer_args_without_push  # noqa: E402
-from recipes.outputs import prepare_output_dir, write_json_atomic  # noqa: E402
+from altscale.callbacks.caption_metrics import build_caption_metrics_callbacks
+from altscale.callbacks.interrupt import InterruptCallback, TrainingInterrupted
+from altscale.callbacks.profiler import ProfilerCallback
+from altscale.data.loading import load_caption_dataset, select_splits
+from altscale.data.validate import validate_splits
+from altscale.models.adapters import apply_lora, build_lora_config
+from altscale.families import Family, family_for
+from altscale.models.build import build_quantization_config
+from altscale.config.arguments import Arguments, model_dtype, parse_args
+from altscale.config.checks import check_compatible
+from altscale.strategies.cuda_graphs import GraphedTrainer
+from altscale.config.errors import EXIT_USER_ERROR, AltscaleError
+from altscale.strategies.launch import configure_ddp, configure_fsdp, quant_storage, read_launch, route_checkpointing
+from altscale.artifacts.publish import publish_run, push_adjustment, trainer_args_without_push
+from altscale.artifacts.output_dir import prepare_output_dir, write_json_atomic
 
+# When this process started (the run record's startup times count from it), and when its imports were done.
+PROCESS_START = psutil.Process().create_time()
 IMPORTS_DONE = time.time()
 
 EXIT_OOM = 3
@@ -68,7 +64,8 @@ def main(argv: list[str] | None = None) -> dict:
     train_set, eval_set = build_datasets(args)  # bad data stops the run before a large model is built
     startup["data"] = time.time() - PROCESS_START
     dtype = model_dtype(args.strategy.precision)
-    model, processor, model_report = build_model(
+    family = family_for(args.model.model_name_or_path)
+    model, processor, model_report = family.build_model(
         args.model.model_name_or_path,
         init=args.model.init,
         dtype=dtype,
@@ -79,16 +76,10 @@ def main(argv: list[str] | None = None) -> dict:
             quant_storage=quant_storage(launch, dtype),
         ),
     )
-    model = apply_adapters(args, model)
+    model = apply_adapters(args, family, model)
     startup["model"] = time.time() - PROCESS_START
-    collator = CaptionCollator(
-        processor,
-        decoder_only=model.config.use_decoder_only_language_model,
-        prompt=args.data.prompt,
-        max_caption_tokens=args.data.max_caption_tokens,
-        pad_to_multiple_of=args.data.pad_to_multiple_of,
-    )
-    trainer = build_trainer(args, model, processor, collator, train_set, eval_set, startup)
+    collator = family.build_collator(model, processor, args.data)
+    trainer = build_trainer(args, family, model, processor, collator, train_set, eval_set, startup)
     # FSDP units and checkpointing from the built model, DDP's buckets: before the Trainer wraps the model
     configure_fsdp(trainer, launch, args.strategy.fsdp_layers_per_unit, args.strategy.fsdp_forward_prefetch)
     configure_ddp(trainer, launch)
@@ -100,7 +91,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.training.push_to_hub and trainer.is_world_process_zero():
         result["published"] = publish_run(args, trainer.model, processor, record)  # adapter + model card only
     if eval_set is not None and args.strategy.num_sample_captions and trainer.is_world_process_zero():
-        result["captions"] = show_captions(args, trainer.model, collator, eval_set)
+        result["captions"] = family.show_samples(trainer.model, collator, eval_set, args.strategy.max_new_tokens,
+                                                 args.strategy.num_sample_captions)
     return result
 
 
@@ -120,16 +112,15 @@ def scale_learning_rate(args: Arguments) -> dict:
     return {"learning_rate": change}
 
 
-def apply_adapters(args: Arguments, model):
+def apply_adapters(args: Arguments, family: Family, model):
     """LoRA (use_peft) or QLoRA (use_peft + load_in_4bit); the full model otherwise."""
     if not args.strategy.use_peft:
         return model
     lora = build_lora_config(
-        language_family(model.config),
         r=args.strategy.lora_r,
         alpha=args.strategy.lora_alpha,
         dropout=args.strategy.lora_dropout,
-        targets=args.strategy.lora_target_modules,
+        targets=args.strategy.lora_target_modules or family.default_lora_targets(model.config),
     )
     return apply_lora(
         model, lora, quantized=args.strategy.load_in_4bit, gradient_checkpointing=args.training.gradient_checkpointing
@@ -162,12 +153,12 @@ def build_datasets(args: Arguments):
     return splits["train"], splits["eval"]
 
 
-def build_trainer(args: Arguments, model, processor, collator: CaptionCollator, train_set, eval_set,
+def build_trainer(args: Arguments, family: Family, model, processor, collator, train_set, eval_set,
                   startup: dict[str, float] | None = None) -> Trainer:
     callbacks = build_callbacks(
         memory_log_steps=args.strategy.memory_log_steps,
         results_file=args.strategy.results_file,
-        flops_per_sample=flops_per_sample(model.config, collator, train_set),
+        flops_per_sample=family.flops_per_sample(model.config, collator, train_set),
         process_start_time=PROCESS_START,
         startup=startup,
     )
@@ -190,16 +181,6 @@ def build_trainer(args: Arguments, model, processor, collator: CaptionCollator, 
     )
     log_memory_before_reporters(trainer)
     return trainer
-
-
-def flops_per_sample(config, collator: CaptionCollator, train_set, sample_size: int = 256) -> float:
-    """Training FLOPs of a mean sample, from the caption lengths of up to `sample_size` training examples."""
-    captions = train_set.select(range(min(sample_size, len(train_set))))["text"]
-    caption_tokens = sum(len(collator.caption_ids(text)) for text in captions) / len(captions)
-    prompt_tokens = len(collator.prompt_ids())
-    if config.use_decoder_only_language_model:
-        return blip2_flops_per_sample(config, text_tokens=prompt_tokens + caption_tokens)
-    return blip2_flops_per_sample(config, text_tokens=caption_tokens, prompt_tokens=prompt_tokens)
 
 
 def train(args: Arguments, trainer: Trainer, model_report, adjustments: dict, launch: dict | None = None) -> dict:
@@ -232,17 +213,6 @@ def train(args: Arguments, trainer: Trainer, model_report, adjustments: dict, la
         saved = f"saving to {args.training.output_dir}; " if args.strategy.save_model else ""
         print(f"{saved}run record appended to {args.strategy.results_file}")
     return record
-
-
-def show_captions(args: Arguments, model, collator: CaptionCollator, eval_set) -> dict:
-    """Caption the whole eval set, print a few beside the truth, and count exact matches."""
-    truth = list(eval_set["text"])
-    written = generate_captions(model, collator, list(eval_set["image"]), max_new_tokens=args.strategy.max_new_tokens)
-    right = [alt.lower() == true.strip().lower() for alt, true in zip(written, truth)]
-    print(f"\nalt text for held-out photos ({sum(right)}/{len(truth)} exactly right):")
-    for alt, true, ok in list(zip(written, truth, right))[: args.strategy.num_sample_captions]:
-        print(f"  {'ok' if ok else '  '}  written: {alt!r:42} true: {true!r}")
-    return {"exact_match": sum(right), "total": len(truth), "samples": list(zip(written, truth))}
 
 
 def run(argv: list[str] | None = None) -> int:

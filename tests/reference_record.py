@@ -22,7 +22,7 @@ VOLATILE_KEYS = {"time_s", "rss_bytes", "build_time_s", "output_dir", "logging_d
 
 
 def run_tiny_demo(work: Path) -> dict:
-    from data.synthetic import make_synthetic_dataset
+    from altscale.data.synthetic import make_synthetic_dataset
     from recipes import train
 
     make_synthetic_dataset(work / "food", num_train=64, num_test=16, seed=3, size=64)

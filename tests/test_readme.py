@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from recipes.arguments import DataArguments, ModelArguments, StrategyArguments
+from altscale.config.arguments import DataArguments, ModelArguments, StrategyArguments
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()

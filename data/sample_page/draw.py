@@ -8,9 +8,8 @@ import random
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: the repo root holds the packages
 
-from data.synthetic import describe, draw  # noqa: E402
+from altscale.data.synthetic import describe, draw
 
 HERE = Path(__file__).parent
 # file name -> what is drawn; the model's right answer is describe(attrs).

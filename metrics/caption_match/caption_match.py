@@ -5,17 +5,12 @@ token_f1: SQuAD's bag-of-words F1, with common = the multiset intersection of th
 P = common / |prediction|, R = common / |reference|, F1 = 2PR / (P + R). Best reference, mean over captions.
 """
 
-import re
 from collections import Counter
 
 import datasets
 import evaluate
 
-_WORD = re.compile(r"[a-z0-9']+")
-
-
-def tokenize(text: str) -> list[str]:
-    return _WORD.findall(text.lower())
+from altscale.metrics.words import exact_match, words as tokenize
 
 
 def token_f1(prediction: str, reference: str) -> float:
@@ -39,7 +34,7 @@ class CaptionMatch(evaluate.Metric):
         )
 
     def _compute(self, predictions, references):
-        exact = [max(float(tokenize(p) == tokenize(r)) for r in refs) for p, refs in zip(predictions, references)]
+        exact = [max(float(exact_match(p, r)) for r in refs) for p, refs in zip(predictions, references)]
         f1 = [max(token_f1(p, r) for r in refs) for p, refs in zip(predictions, references)]
         count = max(len(exact), 1)
         return {"exact_match": sum(exact) / count, "token_f1": sum(f1) / count}

@@ -20,7 +20,7 @@ def test_bench_mode_stops_early_and_keeps_a_recipes_own_max_steps():
 
 def test_an_oom_step_is_recorded_and_the_ladder_goes_on(tmp_path, monkeypatch, capsys):
     photos = tmp_path / "food"
-    from data.synthetic import make_synthetic_dataset
+    from altscale.data.synthetic import make_synthetic_dataset
 
     make_synthetic_dataset(photos, num_train=32, num_test=4, seed=3, size=64)
     results = tmp_path / "results.jsonl"

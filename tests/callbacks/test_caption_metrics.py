@@ -1,6 +1,6 @@
 """Caption metrics at each evaluation (callbacks/caption_metrics.py), off by default."""
 
-from data.synthetic import make_synthetic_dataset
+from altscale.data.synthetic import make_synthetic_dataset
 from recipes import train
 
 

@@ -3,7 +3,8 @@
 import pytest
 from transformers import Blip2Config
 
-from callbacks.flops import blip2_flops_per_sample, blip2_forward_flops, peak_bf16_flops
+from altscale.callbacks.flops import peak_bf16_flops
+from altscale.families.blip2.flops import blip2_flops_per_sample, blip2_forward_flops
 
 
 def _tiny_config():

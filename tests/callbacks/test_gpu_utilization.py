@@ -2,7 +2,7 @@
 
 import time
 
-from callbacks.gpu_utilization import UtilizationSampler, default_reader
+from altscale.callbacks.gpu_utilization import UtilizationSampler, default_reader
 
 
 def test_samples_until_stopped_and_averages():

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import TrainerControl, TrainerState
 
-from callbacks.interrupt import InterruptCallback, TrainingInterrupted
+from altscale.callbacks.interrupt import InterruptCallback, TrainingInterrupted
 
 
 def step_end(callback, save_strategy="steps", step=4):

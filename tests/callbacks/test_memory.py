@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from callbacks.memory import format_snapshot, memory_by_category, oom_advice
+from altscale.callbacks.memory import format_snapshot, memory_by_category, oom_advice
 from tests.callbacks.tiny import ADAMW_BYTES, GRAD_BYTES, PARAM_BYTES, TRAINABLE, TinyModel, VOCAB
 
 

@@ -3,7 +3,7 @@
 import transformers.integrations as integrations
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
-from callbacks import build_callbacks, log_memory_before_reporters
+from altscale.callbacks import build_callbacks, log_memory_before_reporters
 from tests.callbacks.tiny import TinyData, TinyModel
 
 

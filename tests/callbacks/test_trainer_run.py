@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import Trainer, TrainingArguments
 
-from callbacks import build_callbacks, memory_callback, oom_report, write_run_record
+from altscale.callbacks import build_callbacks, memory_callback, oom_report, write_run_record
 from tests.callbacks.tiny import ADAMW_BYTES, FROZEN, GRAD_BYTES, PARAM_BYTES, TRAINABLE, TinyData, TinyModel
 
 PHASES = ["before_fwd", "after_fwd", "after_bwd", "after_step"]

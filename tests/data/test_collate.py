@@ -4,8 +4,8 @@ import pytest
 import torch
 from PIL import Image
 
-from data.collate import IGNORE_INDEX, CaptionCollator
-from models.build import build_model
+from altscale.families.blip2.collate import IGNORE_INDEX, CaptionCollator
+from altscale.families.blip2.model import build_model
 
 CAPTIONS = ["one tomato on a white plate", "three blueberries on a black plate next to a cup of coffee"]
 
@@ -99,7 +99,7 @@ def test_greyscale_rgba_and_cmyk_photos_become_rgb(setup):
 def test_every_pil_mode_becomes_8_bit_rgb_with_its_content_kept():
     import numpy as np
 
-    from data.collate import to_rgb
+    from altscale.data.images import to_rgb
 
     grey16 = Image.fromarray(np.full((4, 4), 32896, dtype=np.uint16))  # mid-grey in 16 bits: 128 after rescaling
     assert grey16.mode == "I;16" and to_rgb(grey16).getpixel((0, 0)) == (128, 128, 128)

@@ -7,9 +7,9 @@ import pytest
 from datasets import Dataset, DatasetDict, Features, Image, Value
 from PIL import Image as PILImage
 
-from data.loading import load_caption_dataset, select_splits
-from data.synthetic import make_synthetic_dataset
-from recipes.errors import DataError
+from altscale.data.loading import load_caption_dataset, select_splits
+from altscale.data.synthetic import make_synthetic_dataset
+from altscale.config.errors import DataError
 
 
 @pytest.fixture(autouse=True)

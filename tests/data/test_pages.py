@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from data import pages
-from recipes.errors import DataError
+from altscale.data import pages
+from altscale.config.errors import DataError
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample_page" / "index.html"
 

@@ -4,7 +4,7 @@ from collections import Counter
 import pytest
 from datasets import Image, load_from_disk
 
-from data.synthetic import COUNTS, ITEMS, PLATES, TABLES, caption_vocabulary, describe, draw, make_synthetic_dataset, sample_attributes
+from altscale.data.synthetic import COUNTS, ITEMS, PLATES, TABLES, caption_vocabulary, describe, draw, make_synthetic_dataset, sample_attributes
 
 
 def _nearest(rgb: tuple, palette: dict) -> str:

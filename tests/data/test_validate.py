@@ -8,9 +8,9 @@ import pytest
 from datasets import Dataset, Features, Image, Value
 from PIL import Image as PILImage
 
-from data.loading import load_caption_dataset
-from data.validate import find_bad_examples, validate_splits
-from recipes.errors import DataError
+from altscale.data.loading import load_caption_dataset
+from altscale.data.validate import find_bad_examples, validate_splits
+from altscale.config.errors import DataError
 
 FEATURES = Features({"image": Image(), "text": Value("string")})
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from models.captioner import load_captioner, resolve_dtype, trim_alt_text
-from recipes.errors import ConfigError
+from altscale.families.blip2.captioner import load_captioner, resolve_dtype, trim_alt_text
+from altscale.config.errors import ConfigError
 
 
 def test_alt_text_is_cut_at_a_word_boundary_and_never_empty():

@@ -1,9 +1,11 @@
 import pytest
 import torch
 
-from models.build import build_model, resolve_init
-from models.presets import find_preset, load_preset_config, parameter_count, preset_names
-from recipes.errors import ConfigError
+from altscale.families.blip2.model import build_model
+from altscale.models.build import resolve_init
+from altscale.families import parameter_count, random_init_config
+from altscale.models.presets import find_preset, preset_names
+from altscale.config.errors import ConfigError
 
 # Unique parameter counts of the published checkpoints (transformers 5.17, meta device; ../shared/ARCHITECTURES.md).
 PUBLISHED = {
@@ -26,7 +28,7 @@ def test_every_real_preset_within_a_tenth_of_a_percent(name):
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_real_presets_keep_the_published_vision_tower_and_qformer(name):
-    config = load_preset_config(name)
+    config = random_init_config(name)
     vision, qformer = config.vision_config, config.qformer_config
     assert (vision.image_size, vision.patch_size, vision.hidden_size, vision.num_hidden_layers) == (224, 14, 1408, 39)
     assert (vision.num_attention_heads, vision.intermediate_size) == (16, 6144)
@@ -68,7 +70,7 @@ def test_random_init_builds_in_the_asked_dtype():
 
 
 def test_hub_id_with_random_init_uses_the_repo_architecture():
-    from models.build import random_init_config
+    from altscale.families import random_init_config
 
     assert random_init_config("Salesforce/blip2-opt-6.7b").text_config.hidden_size == 4096
 

@@ -1,10 +1,10 @@
 import pytest
 from PIL import Image
 
-from data.synthetic import caption_vocabulary
-from models.presets import load_preset_config
-from models.processor import build_offline_processor
-from models.tokenizer import SPECIAL_TOKENS, corpus_lines, load_offline_tokenizer, train_tokenizer
+from altscale.data.synthetic import caption_vocabulary
+from altscale.families import random_init_config
+from altscale.families.blip2.processor import build_offline_processor
+from altscale.models.tokenizer import SPECIAL_TOKENS, corpus_lines, load_offline_tokenizer, train_tokenizer
 
 
 @pytest.mark.parametrize("family", ["opt", "t5"])
@@ -33,7 +33,7 @@ def test_every_caption_word_is_one_token_and_round_trips(family):
 
 def test_offline_processor_expands_32_image_tokens_for_real_presets(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    processor = build_offline_processor(load_preset_config("blip2-opt-2.7b"))
+    processor = build_offline_processor(random_init_config("blip2-opt-2.7b"))
     batch = processor(images=[Image.new("RGB", (300, 200))], text=["a plate"], return_tensors="pt")
     image_id = processor.tokenizer.convert_tokens_to_ids("<image>")
     assert (batch["input_ids"] == image_id).sum().item() == 32

@@ -3,7 +3,7 @@
 import torch
 from peft import LoraConfig, get_peft_model
 
-from models.build import build_model
+from altscale.families.blip2.model import build_model
 
 
 def save_tiny_model(folder) -> str:

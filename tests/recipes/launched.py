@@ -19,14 +19,13 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def allow_fsdp_on_cpu() -> None:
     from accelerate.state import AcceleratorState, PartialState
     from accelerate.utils import DistributedType
 
-    import recipes.launch
+    import altscale.strategies.launch
 
     original = AcceleratorState.__init__
 

@@ -10,8 +10,7 @@ import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from recipes.sharded_optim import shard_local_class  # noqa: E402
+from altscale.strategies.sharded_optim import shard_local_class
 
 
 def model() -> torch.nn.Module:

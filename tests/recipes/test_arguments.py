@@ -6,9 +6,9 @@ import pytest
 import torch
 import yaml
 
-from recipes.arguments import PROJECT_DEFAULTS, load_recipe, parse_args, to_argv
-from recipes.checks import check_compatible
-from recipes.errors import ConfigError
+from altscale.config.arguments import PROJECT_DEFAULTS, load_recipe, parse_args, to_argv
+from altscale.config.checks import check_compatible
+from altscale.config.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -3,9 +3,9 @@
 import pytest
 
 from recipes import train
-from recipes.arguments import parse_args
-from recipes.checks import check_compatible
-from recipes.errors import ConfigError
+from altscale.config.arguments import parse_args
+from altscale.config.checks import check_compatible
+from altscale.config.errors import ConfigError
 
 
 def test_bf16_on_a_gpu_without_bf16_names_the_precision_and_the_alternatives(monkeypatch):

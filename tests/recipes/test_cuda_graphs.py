@@ -8,10 +8,12 @@ import json
 import pytest
 import torch
 
-from callbacks.memory import memory_by_category
-from data.synthetic import make_synthetic_dataset
-from recipes import checks, cuda_graphs, train
-from recipes.cuda_graphs import GraphedSteps
+from altscale.callbacks.memory import memory_by_category
+from altscale.data.synthetic import make_synthetic_dataset
+from altscale.config import checks
+from altscale.strategies import cuda_graphs
+from recipes import train
+from altscale.strategies.cuda_graphs import GraphedSteps
 from tests.recipes.test_train import run_args
 
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from data.synthetic import make_synthetic_dataset
+from altscale.data.synthetic import make_synthetic_dataset
 from tests.ports import free_port
 
 pytestmark = pytest.mark.slow

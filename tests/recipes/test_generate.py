@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from data import pages
-from data.synthetic import make_synthetic_dataset
+from altscale.data import pages
+from altscale.data.synthetic import make_synthetic_dataset
 from recipes import generate
-from recipes.errors import ConfigError, DataError
+from altscale.config.errors import ConfigError, DataError
 from tests.recipes.alt_text_models import save_tiny_model
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample_page"

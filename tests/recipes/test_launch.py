@@ -14,15 +14,16 @@ import torch
 import yaml
 from transformers import Blip2ForConditionalGeneration, TrainingArguments
 
-import recipes.launch
-from models.build import build_model, build_quantization_config
-from models.layers import layer_class_names
-from models.presets import load_preset_config
+import altscale.strategies.launch
+from altscale.families.blip2.model import build_model
+from altscale.models.build import build_quantization_config
+from altscale.families.blip2.layers import layer_class_names
+from altscale.families import random_init_config
 from recipes import train
-from recipes.arguments import parse_args
-from recipes.checks import check_compatible
-from recipes.errors import ConfigError
-from recipes.launch import (configure_fsdp, launch_deepspeed_words, launch_problems, quant_storage, read_launch,
+from altscale.config.arguments import parse_args
+from altscale.config.checks import check_compatible
+from altscale.config.errors import ConfigError
+from altscale.strategies.launch import (configure_fsdp, launch_deepspeed_words, launch_problems, quant_storage, read_launch,
                             route_checkpointing, share_tied_embeddings)
 from tests.ports import free_port
 
@@ -191,7 +192,7 @@ def test_qlora_under_fsdp_stores_its_4bit_weights_in_the_models_dtype(launched):
                                                     ("blip2-flan-t5-xxl", "T5Block")])
 def test_the_units_are_each_towers_layer_class(preset, language_layer):
     with torch.device("meta"):  # the published sizes, without their memory
-        model = Blip2ForConditionalGeneration._from_config(load_preset_config(preset))
+        model = Blip2ForConditionalGeneration._from_config(random_init_config(preset))
     assert layer_class_names(model) == ["Blip2EncoderLayer", "Blip2QFormerLayer", language_layer]
 
 
@@ -238,7 +239,7 @@ def test_configure_fsdp_shards_each_towers_layers_and_turns_the_kv_cache_off_for
                                                                                               one_rank_group):
     from torch.distributed.fsdp import FSDPModule
 
-    from recipes.sharded_optim import ShardLocalAdamW
+    from altscale.strategies.sharded_optim import ShardLocalAdamW
 
     launched("fsdp4.yaml")
     args = parse_args(["--gradient_checkpointing", "true", "--use_cpu", "true"])

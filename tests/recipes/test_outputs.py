@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from recipes import outputs
+from altscale.artifacts import output_dir as outputs
 
 
 def test_atomic_write_leaves_the_old_file_when_writing_fails(tmp_path, monkeypatch):

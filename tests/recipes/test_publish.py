@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from data.sample_page.draw import PHOTOS
-from models.captioner import build_collator, load_captioner, write_alt_text
+from altscale.data.sample_page.draw import PHOTOS
+from altscale.families.blip2.captioner import build_collator, load_captioner, write_alt_text
 from recipes import publish, train
-from recipes.errors import ConfigError
+from altscale.config.errors import ConfigError
 from tests.recipes.alt_text_models import save_tiny_model, tiny_lora
 
 IMAGES = [Image.open(Path("data/sample_page/images") / name).convert("RGB") for name in PHOTOS]
@@ -89,7 +89,7 @@ def test_a_preset_base_under_an_adapter_is_refused(base, tmp_path):
 
 
 def test_training_with_push_to_hub_stages_adapter_and_card(tmp_path):
-    from data.synthetic import make_synthetic_dataset
+    from altscale.data.synthetic import make_synthetic_dataset
 
     make_synthetic_dataset(tmp_path / "food", num_train=32, num_test=4, size=32)
     argv = ["--dataset_path", str(tmp_path / "food"), "--output_dir", str(tmp_path / "out"), "--results_file", str(tmp_path / "r.jsonl"),

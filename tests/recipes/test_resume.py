@@ -6,8 +6,8 @@ import signal
 
 import pytest
 
-from callbacks.interrupt import InterruptCallback
-from data.synthetic import make_synthetic_dataset
+from altscale.callbacks.interrupt import InterruptCallback
+from altscale.data.synthetic import make_synthetic_dataset
 from recipes import train
 
 STEPS, STOP_AT = 12, 5  # 8 steps per epoch (64 photos, batch 8): the resumed run crosses an epoch boundary

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from data.synthetic import make_synthetic_dataset
+from altscale.data.synthetic import make_synthetic_dataset
 from recipes import score
-from recipes.errors import ConfigError, DataError
+from altscale.config.errors import ConfigError, DataError
 from tests.recipes.alt_text_models import save_tiny_model
 
 

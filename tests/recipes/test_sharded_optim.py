@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from recipes.sharded_optim import ShardLocalAdamW, ShardLocalSGD, shard_local_class
+from altscale.strategies.sharded_optim import ShardLocalAdamW, ShardLocalSGD, shard_local_class
 from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

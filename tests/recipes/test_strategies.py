@@ -8,12 +8,12 @@ import torch
 from peft import PeftModel
 from transformers import TrainingArguments
 
-from data.synthetic import make_synthetic_dataset
-from models.build import build_model
+from altscale.data.synthetic import make_synthetic_dataset
+from altscale.families.blip2.model import build_model
 from recipes import train
-from recipes.arguments import parse_args
-from recipes.checks import check_compatible, deepspeed_problems
-from recipes.errors import ConfigError
+from altscale.config.arguments import parse_args
+from altscale.config.checks import check_compatible, deepspeed_problems
+from altscale.config.errors import ConfigError
 
 BASE = ["--dataloader_num_workers", "0", "--disable_tqdm", "true", "--per_device_train_batch_size", "8",
         "--max_steps", "2", "--memory_log_steps", "1", "--num_sample_captions", "0"]
@@ -163,7 +163,7 @@ def test_offload_configs_step_deepspeeds_fast_cpu_adam(name):
 
 
 def test_bf16_true_under_deepspeed_turns_on_deepspeeds_bf16_mode():
-    from recipes.arguments import precision_flags
+    from altscale.config.arguments import precision_flags
 
     training = parse_args([]).training
     training.deepspeed = "ds_configs/zero2_offload.json"

@@ -6,11 +6,11 @@ import pytest
 import torch
 from transformers import Blip2ForConditionalGeneration, Blip2Processor
 
-from data.collate import CaptionCollator
-from data.synthetic import make_synthetic_dataset
-from models.generation import generate_captions
+from altscale.families.blip2.collate import CaptionCollator
+from altscale.data.synthetic import make_synthetic_dataset
+from altscale.families.blip2.generation import generate_captions
 from recipes import train
-from recipes.arguments import parse_args
+from altscale.config.arguments import parse_args
 
 TINY_RUN = ["--dataloader_num_workers", "0", "--disable_tqdm", "true", "--per_device_train_batch_size", "16",
             "--learning_rate", "1e-3", "--warmup_steps", "10", "--weight_decay", "0", "--num_sample_captions", "4"]

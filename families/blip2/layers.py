@@ -28,3 +28,14 @@ def layer_class_names(model) -> list[str]:
         assert blocks is not None and len(blocks) > 0, f"the {tower_name} tower has no list of layers"
         names.append(type(blocks[0]).__name__)
     return list(dict.fromkeys(names))
+
+
+def language_family(config) -> str:
+    """'opt' for decoder-only language models, 't5' for encoder-decoder ones: which offline tokenizer and which
+    LoRA targets apply."""
+    return "opt" if config.use_decoder_only_language_model else "t5"
+
+
+def language_model(model) -> torch.nn.Module:
+    """The language tower: the part whose KV cache and tied embeddings FSDP's setup deals with."""
+    return towers(model)["language"]

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from recipes.errors import ConfigError
+from altscale.config.errors import ConfigError
 
 FSDP_CONFIG = "accelerate_configs/fsdp4.yaml"
 # accelerate 1.15 turns FSDP on only for accelerator backends (AcceleratorState: MULTI_GPU, MULTI_XPU, ...): with
@@ -264,7 +264,7 @@ def configure_fsdp(trainer, launch: Launch, layers_per_unit: int = 1, forward_pr
         return
     from accelerate.utils.dataclasses import get_module_class_from_name
 
-    from models.layers import layer_class_names, towers
+    from altscale.families.blip2.layers import layer_class_names, towers
 
     model = trainer.model
     if launch.fsdp["auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP":
@@ -285,7 +285,7 @@ def configure_fsdp(trainer, launch: Launch, layers_per_unit: int = 1, forward_pr
     launch.fsdp["tied_embeddings_shared"] = share_tied_embeddings(towers(model)["language"])
     launch.fsdp["weights_broadcast_from_rank0"] = align_weights(model)
     if launch.fsdp["auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP":  # last: it shards the weights just compared
-        from recipes.fsdp_units import shard_towers
+        from altscale.strategies.fsdp_units import shard_towers
 
         launch.fsdp |= shard_towers(model, plugin, layers_per_unit, forward_prefetch)
     launch.fsdp["optimizer"] = step_local_shards(trainer)
@@ -298,7 +298,7 @@ def step_local_shards(trainer) -> str:
     """
     from transformers import Trainer
 
-    from recipes.sharded_optim import shard_local_class
+    from altscale.strategies.sharded_optim import shard_local_class
 
     if trainer.optimizer_cls_and_kwargs is not None:
         optimizer_cls, kwargs = trainer.optimizer_cls_and_kwargs

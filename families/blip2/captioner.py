@@ -1,17 +1,52 @@
 """A model that writes alt text: a fine-tuned folder or Hub id, or a base model plus a LoRA/QLoRA adapter."""
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from peft import PeftConfig, PeftModel
 
-from data.collate import CaptionCollator
-from models.build import build_device, build_model, build_quantization_config
-from models.generation import FALLBACK_ALT_TEXT, generate_captions
-from recipes.errors import ConfigError
+from altscale.families.blip2.collate import CaptionCollator
+from altscale.families.blip2.model import build_model
+from altscale.models.build import build_device, build_quantization_config
+from altscale.families.blip2.generation import FALLBACK_ALT_TEXT, generate_captions
+from altscale.config.errors import ConfigError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
+
+
+@dataclass
+class CaptionerArguments:
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "A fine-tuned model folder or Hub id; with --adapter, its base (default: the base named in "
+                  "adapter_config.json). A preset name (blip2-tiny-opt) gives an untrained model, for a baseline."},
+    )
+    adapter: str | None = field(default=None, metadata={"help": "A LoRA/QLoRA adapter folder or Hub id, put on the model."})
+    processor_name_or_path: str | None = field(default=None, metadata={"help": "Default: the adapter folder's, else the model's."})
+    dtype: str = field(default="auto", metadata={"help": "auto (bfloat16 on a GPU, float32 on the CPU), float32, bfloat16, float16."})
+    load_in_4bit: bool = field(default=False, metadata={"help": "Load the base in 4-bit NF4, as a QLoRA adapter was trained (CUDA GPU only)."})
+    batch_size: int = field(default=16, metadata={"help": "Images per generate call."})
+    num_beams: int = field(default=1, metadata={"help": "1: greedy; more: beam search."})
+    max_new_tokens: int = field(default=30, metadata={"help": "Longest alt text generated, in tokens."})
+    prompt: str = field(default="", metadata={"help": "Text the model reads before writing; use the prompt it was trained with."})
+    max_alt_chars: int = field(default=125, metadata={"help": "Alt text is cut at a word boundary to at most this many characters."})
+    seed: int = field(default=0, metadata={"help": "Seeds the random weights of an untrained preset."})
+
+
+def check_captioner(args: CaptionerArguments) -> list[str]:
+    problems = []
+    if args.model_name_or_path is None and args.adapter is None:
+        problems.append("model_name_or_path: not given; name a fine-tuned model folder or Hub id, or an adapter with --adapter")
+    for name in ("batch_size", "num_beams", "max_new_tokens"):
+        if getattr(args, name) < 1:
+            problems.append(f"{name}: {getattr(args, name)}; use 1 or more")
+    if args.load_in_4bit and not torch.cuda.is_available():
+        problems.append("load_in_4bit: bitsandbytes' 4-bit kernels need a CUDA GPU; on the CPU drop it (the adapter then sits on full-precision weights)")
+    if args.max_alt_chars < 16:
+        problems.append(f"max_alt_chars: {args.max_alt_chars} leaves no room for a description; use 16 or more (125 is usual)")
+    return problems
 
 
 def resolve_dtype(name: str) -> torch.dtype:

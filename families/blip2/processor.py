@@ -7,8 +7,8 @@ import importlib.util
 from transformers import Blip2Config, Blip2Processor, BlipImageProcessorPil
 from transformers.image_utils import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
 
-from models.presets import language_family
-from models.tokenizer import load_offline_tokenizer
+from altscale.families.blip2.layers import language_family
+from altscale.models.tokenizer import load_offline_tokenizer
 
 
 def _image_processor_class():

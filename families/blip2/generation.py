@@ -2,7 +2,7 @@
 
 import torch
 
-from data.collate import CaptionCollator
+from altscale.families.blip2.collate import CaptionCollator
 
 FALLBACK_ALT_TEXT = "image"  # alt text must never be empty: an empty alt marks a picture as decorative
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import yaml
 from transformers import HfArgumentParser, TrainingArguments
 
-from recipes.errors import ConfigError
-from recipes.launch import last_value, launch_deepspeed_words
+from altscale.config.errors import ConfigError
+from altscale.strategies.launch import last_value, launch_deepspeed_words
 
 PRECISIONS = ("32-true", "bf16-true", "bf16-mixed", "fp16-mixed")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
-from recipes.errors import ConfigError
+from altscale.config.errors import ConfigError
 
 # What a finished run leaves behind (Trainer.save_model); checkpoint-* folders are the other kind of work.
 SAVED_MODEL_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")

@@ -7,10 +7,10 @@ match it exactly and the processor's padding lands between the image tokens and 
 Everything the loss must not see (padding, image tokens, bos, prompt) is labelled -100.
 """
 
-import numpy as np
 import torch
-from PIL import Image
 from transformers import Blip2Processor
+
+from altscale.data.images import to_rgb
 
 IGNORE_INDEX = -100  # the label value the loss skips
 
@@ -89,17 +89,5 @@ class CaptionCollator:
         return ids, mask
 
 
-def to_rgb(image: Image.Image) -> Image.Image:
-    """Any PIL mode as 8-bit RGB, the same under both image-processor backends (PIL and torchvision).
 
-    PIL's own convert("RGB") clips 16-bit greyscale at 255, turning most of a 16-bit PNG white, so
-    those are rescaled first; transparent pixels are laid on white, as a browser shows them.
-    """
-    if image.mode == "RGB":
-        return image
-    if image.mode.startswith("I;16"):
-        image = Image.fromarray((np.asarray(image, dtype=np.float32) / 257).round().astype(np.uint8))
-    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
-        image = image.convert("RGBA")
-        return Image.alpha_composite(Image.new("RGBA", image.size, (255, 255, 255, 255)), image).convert("RGB")
-    return image.convert("RGB")
+#END

@@ -7,11 +7,11 @@ from pathlib import Path
 import psutil
 import torch
 
-from models.presets import parameter_count
-from recipes.arguments import Arguments
-from recipes.errors import ConfigError
-from recipes.launch import launch_problems, read_launch
-from recipes.outputs import output_dir_problems
+from altscale.families import parameter_count
+from altscale.config.arguments import Arguments
+from altscale.config.errors import ConfigError
+from altscale.strategies.launch import launch_problems, read_launch
+from altscale.artifacts.output_dir import output_dir_problems
 
 
 def check_compatible(args: Arguments) -> None:
@@ -90,7 +90,8 @@ def cuda_graph_problems(args: Arguments) -> list[str]:
 
 def model_problems(args: Arguments) -> list[str]:
     """A random init needs an architecture: a preset, a Hub id a preset copies, or a folder with config.json."""
-    from models.build import random_init_config, resolve_init
+    from altscale.families import random_init_config
+    from altscale.models.build import resolve_init
 
     try:
         if resolve_init(args.model.model_name_or_path, args.model.init) == "random":
