@@ -6,7 +6,6 @@ full fine-tune uploads the model and its processor. The card's memory and time n
 run's record in the results file (see callbacks/results.py); its scores from recipes/score.py --output.
 """
 
-import copy
 import shutil
 from pathlib import Path
 
@@ -110,27 +109,6 @@ def push_staged(staging_dir: str | Path, repo_id: str, private: bool = False, to
             f"`python recipes/publish.py --output_dir <run> --hub_model_id {repo_id}`"
         ) from None
     return str(commit.commit_url)
-
-
-def trainer_args_without_push(training):
-    """TrainingArguments for the Trainer with push_to_hub off, because the recipe publishes itself.
-
-    Trainer.push_to_hub would upload all of output_dir (checkpoints, training_args.bin) with its own
-    card; publish_run uploads the adapter and our card only. The recipe's own args keep the user's value.
-    """
-    if not training.push_to_hub:
-        return training
-    trainer_args = copy.copy(training)
-    trainer_args.push_to_hub = False
-    return trainer_args
-
-
-def push_adjustment(training) -> dict:
-    """The run record's note that push_to_hub is carried out by publish_run, not by the Trainer."""
-    if not training.push_to_hub:
-        return {}
-    return {"push_to_hub": {"asked": True, "used": "recipes/publish.py after training (the Trainer's copy has false)",
-                            "why": "the Trainer would upload all of output_dir; we upload the adapter or model and a card"}}
 
 
 def publish_run(args, model, processor, record: dict | None, scores: dict | None = None) -> dict:

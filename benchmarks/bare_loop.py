@@ -22,7 +22,7 @@ import torch
 from altscale.families.blip2.collate import CaptionCollator
 from altscale.data.loading import load_caption_dataset
 from altscale.families.blip2.model import build_model
-from altscale.config.arguments import model_dtype
+from altscale.strategies.precision import model_dtype
 
 
 def sync() -> None:

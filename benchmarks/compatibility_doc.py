@@ -19,10 +19,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from benchmarks.compatibility import (
+from altscale.benchmarks.compatibility_matrix import (
     ADAPTERS, BASE_WORDS, CHECKPOINTING, DEEPSPEED_CONFIGS, LAUNCHES, OPTIMIZERS, PLAN, PRECISIONS, Cell, cells_for,
     planned_cells, status_of, unplanned)
-from benchmarks.compatibility_verdicts import memoized_validator, replay_verdict
+from altscale.benchmarks.compatibility_verdicts import memoized_validator, replay_verdict
 from altscale.callbacks.results import read_records
 
 RESULTS_GLOB = "benchmarks/results/*-compatibility*.jsonl"

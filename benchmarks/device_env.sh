@@ -7,12 +7,17 @@ if [ -d .whl ] && ! python3 -c "import datasets" 2>/dev/null; then
   export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
 fi
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+# The engine as the package altscale (README.md, "Layout"): the image has no venv, so this tree is installed into its
+# python3 in place; setuptools >= 70.1 comes with the carried wheels when the image's is older.
+python3 -c "import altscale.config" 2>/dev/null ||
+  python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v "Running pip as the 'root' user" || true
+python3 -c "import altscale.config" || { echo "altscale did not install: see README.md, Layout" >&2; exit 1; }
 
 # The GPU recipes' photos (recipes/blip2/*.yaml: dataset_path data/synthetic_food-224), drawn once per machine;
 # the same set as `make data-224`, whose venv step the device machine skips.
 data_224() {
   [ -f data/synthetic_food-224/dataset_dict.json ] ||
-    python3 -m data.synthetic --out data/synthetic_food-224 --size 224 --num-train 512 --num-test 64
+    python3 -m altscale.data.synthetic --out data/synthetic_food-224 --size 224 --num-train 512 --num-test 64
 }
 
 # Logs go to one folder, packed into $OUT/logs.tgz when the script exits: a device call returns at most 8 files.

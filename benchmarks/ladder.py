@@ -16,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from benchmarks.results_table import HEADER, aligned, rows
+from altscale.benchmarks.tables import HEADER, aligned, rows
 from altscale.callbacks.results import read_records
 from altscale.config.arguments import load_recipe
 

@@ -18,8 +18,8 @@ Use from a recipe (the family counts its own FLOPs: families/<family>/flops.py):
 
 Public API (tests/callbacks/test_api.py checks these signatures against the code):
     build_callbacks(memory_log_steps=50, results_file="runs/results.jsonl", flops_per_sample=None,
-                    peak_flops=None, process_start_time=None, query_tokens_per_sample=0, startup=None)
-                    -> list[TrainerCallback]
+                    peak_flops=None, process_start_time=None, query_tokens_per_sample=0, startup=None,
+                    graphed_run=None) -> list[TrainerCallback]
     memory_callback(trainer) -> MemoryCallback | None
     log_memory_before_reporters(trainer) -> None
     write_run_record(trainer, *, status, recipe, config=None, error=None, results_file=None) -> dict
@@ -53,19 +53,22 @@ __all__ = [
 def build_callbacks(memory_log_steps: int = 50, results_file: str = "runs/results.jsonl",
                     flops_per_sample: float | None = None, peak_flops: float | None = None,
                     process_start_time: float | None = None, query_tokens_per_sample: int = 0,
-                    startup: dict[str, float] | None = None) -> list[TrainerCallback]:
+                    startup: dict[str, float] | None = None, graphed_run=None) -> list[TrainerCallback]:
     """The memory and run-summary callbacks, wired together (the summary reads the memory callback's peak).
 
     `peak_flops` is per GPU; None looks the device up in callbacks.flops. `process_start_time` (time.time()
     at process start) defaults to the process creation time. `query_tokens_per_sample`: see callbacks.summary.
     `startup` ({milestone: seconds since process start}) is recorded as the summary's `startup_s`, completed
-    with train_begin and first_optimizer_step.
+    with train_begin and first_optimizer_step. `graphed_run` (strategies.cuda_graphs.GraphedRun): under CUDA
+    graphs, what the replays counted and held, which no hook or allocator counter sees; give the same one to the
+    GraphedTrainer, which fills it while these callbacks read it.
     """
-    memory = MemoryCallback(every=memory_log_steps)
+    memory = MemoryCallback(every=memory_log_steps, graphed_run=graphed_run)
     summary = RunSummaryCallback(flops_per_sample=flops_per_sample, peak_flops=peak_flops,
                                  process_start_time=process_start_time,
                                  query_tokens_per_sample=query_tokens_per_sample, memory=memory,
-                                 results_file=results_file, startup=startup)
+                                 results_file=results_file, startup=startup,
+                                 counts=graphed_run.batches if graphed_run is not None else None)
     return [memory, summary]
 
 

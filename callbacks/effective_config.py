@@ -3,7 +3,8 @@
 `effective_config(args, model, optimizer)` is the plain function; `describe_effective_config(trainer)`
 reads the Trainer's own attributes. Taken after the first optimizer step, optimizer states exist
 (torch and bitsandbytes create them lazily in the first `step()`); before it, they read as "not yet
-created".
+created". The library internals read here (DeepSpeed's ZeRO fields, FSDP1's flattened marker, transformers'
+bound checkpoint function, bitsandbytes' quant state) are listed in patches/<library>.py.
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ def effective_config(args: Any, model: torch.nn.Module, optimizer: Any = None) -
         "gradient_checkpointing": gc_on,
         "gradient_checkpointing_reentrant": _reentrant(model) if gc_on else None,
         "gradient_checkpointing_kwargs": getattr(args, "gradient_checkpointing_kwargs", None),
-        # FSDP's activation checkpointing wraps layers in torch's CheckpointWrapper instead (recipes/launch.py);
+        # FSDP's activation checkpointing wraps layers in torch's CheckpointWrapper instead (strategies/fsdp_units.py);
         # fully_shard then renames each wrapper's class to FSDPCheckpointWrapper, a subclass.
         "checkpoint_wrapped_layers": sum(any(c.__name__ == "CheckpointWrapper" for c in type(m).__mro__)
                                          for m in model.modules()),

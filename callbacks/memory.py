@@ -12,7 +12,7 @@ Counting rules, so that the numbers are the bytes a rank really holds:
   offset, nested state2); 8-bit weights add their `SCB` scales; 8-bit optimizer states are uint8 tensors
   plus absmax and qmap, all counted at their true size;
 - under DeepSpeed ZeRO the engine's flat buffers are counted (module parameters are empty placeholders
-  under stage 3): see `_zero_tensors` for which attribute holds what;
+  under stage 3): see `_zero_tensors` for which attribute holds what (patches/deepspeed.py lists them);
 - fp32 master weights (ZeRO) count as optimizer state: they exist only for the optimizer;
 - each category is split by device: "gpu" is any accelerator, "cpu" is host memory (ZeRO offload).
 """
@@ -26,6 +26,8 @@ from typing import Any, Iterable
 import psutil
 import torch
 from transformers import TrainerCallback
+
+from altscale.patches.torch import fsdp_param_groups
 
 GIB = 2**30
 PHASES = ("before_fwd", "after_fwd", "after_bwd", "after_step")
@@ -128,6 +130,7 @@ def _zero_tensors(zero: Any) -> dict[str, list]:
     outside of forward/backward); `fp32_partitioned_groups_flat` the fp32 master partition;
     `grad_partitions_flat_buffer` / `lp_grad_partitions_flat_pin_buffers` the gradient partition.
     Both: `.optimizer.state` holds the Adam moments, keyed by the fp32 partitions.
+    Every name is listed in patches/deepspeed.py, whose test checks them where DeepSpeed is installed.
     """
     stage = zero_stage(zero)
     if stage == 3:
@@ -159,7 +162,7 @@ def communication_buffers(model: Any) -> dict[str, Any] | None:
       (prefetching can hold the next unit's as well), and units that do not reshard after forward (the root,
       accelerate's embedding + head unit) stay gathered from their forward until their backward.
     None for a single device or DeepSpeed (whose buffers memory_by_category counts), or where torch's
-    internals differ from 2.11-2.13's.
+    internals differ from 2.11-2.13's (the private ones read here are listed in patches/torch.py).
     """
     if isinstance(model, torch.nn.parallel.DistributedDataParallel):
         try:
@@ -182,8 +185,7 @@ def communication_buffers(model: Any) -> dict[str, Any] | None:
     try:
         units = []
         for state in states.values():
-            groups = getattr(state, "_fsdp_param_groups", None) or [getattr(state, "_fsdp_param_group", None)]
-            for group in (g for g in groups if g is not None):
+            for group in fsdp_param_groups(state):
                 gathered = sum(torch.Size(p._orig_size).numel() * (p.param_dtype or p.orig_dtype).itemsize
                                for p in group.fsdp_params)
                 units.append((gathered, group.post_forward_mesh_info is None))
@@ -203,7 +205,7 @@ def memory_by_category(model: torch.nn.Module, optimizer: Any = None,
     named above: workspace, temporary buffers, fragments of freed blocks still allocated; it can be
     negative when counted tensors live outside the allocator, e.g. bnb paged optimizers in managed memory),
     rss_bytes (host resident set of this process). `grad_buffers`: gradient tensors kept while no parameter
-    holds them (CUDA graphs keep theirs across zero_grad: recipes/cuda_graphs.py); they count as grads.
+    holds them (CUDA graphs keep theirs across zero_grad: strategies/cuda_graphs.py); they count as grads.
     """
     tally = _Tally()
     inner = unwrap_optimizer(optimizer)
@@ -267,9 +269,13 @@ class MemoryCallback(TrainerCallback):
     At each snapshot step's start the CUDA peak counter is reset, so `peak_allocated_bytes` is the
     peak within that step up to the phase; the run's overall peak is kept in `run_peak_allocated_bytes`.
     Cheap bookkeeping (`last_step`, `last_phase`) runs at every step so an OOM can be placed exactly.
+
+    `graphed_run` (strategies.cuda_graphs.GraphedRun, under cuda_graphs): a CUDA graph's replays allocate nothing
+    the allocator's counters see; the callback reads their pool, gradient buffers and peaks from it, and writes
+    nothing into it.
     """
 
-    def __init__(self, every: int = 50, print_rank0: bool = True) -> None:
+    def __init__(self, every: int = 50, print_rank0: bool = True, graphed_run: Any = None) -> None:
         if every < 1:
             raise ValueError(f"memory_log_steps must be at least 1, got {every}")
         self.every = every
@@ -284,7 +290,8 @@ class MemoryCallback(TrainerCallback):
         self._want_after_fwd = False
         self._unlogged: list[dict[str, Any]] = []
         self._rank = 0
-        self.graphed_steps = None  # set by GraphedTrainer (recipes/cuda_graphs.py): its pool and replay peak count too
+        self.graphed_run = graphed_run
+        self._replay_mark = 0  # replays before this callback last reset the allocator's peak: not in a row's peak
 
     def is_snapshot_step(self, step: int) -> bool:
         return step in (0, 1) or step % self.every == 0
@@ -293,14 +300,18 @@ class MemoryCallback(TrainerCallback):
     def last_row(self) -> dict[str, Any] | None:
         return self.rows[-1] if self.rows else None
 
+    def _graphs(self):
+        """The run's GraphedSteps, once its first micro-batch made them; None without CUDA graphs."""
+        return self.graphed_run.steps if self.graphed_run is not None else None
+
     def _take(self, state, phase: str) -> None:
         row = {"rank": self._rank, "step": state.global_step, "phase": phase, "time_s": time.time()}
-        graphs = self.graphed_steps
+        graphs = self._graphs()
         row.update(memory_by_category(self._model, self._optimizer, graphs.grads if graphs is not None else None))
         if graphs is not None and row["peak_allocated_bytes"] is not None:
             # A replay's activations are invisible to the allocator's counters: the pool holds them.
             row["graph_pool_bytes"] = graphs.pool_bytes
-            row["peak_allocated_bytes"] = max(row["peak_allocated_bytes"], graphs.step_peak_bytes)
+            row["peak_allocated_bytes"] = max(row["peak_allocated_bytes"], graphs.replay_peak_since(self._replay_mark))
         self.rows.append(row)
         self._unlogged.append(row)
         if self.print_rank0 and self._rank == 0:
@@ -331,10 +342,10 @@ class MemoryCallback(TrainerCallback):
         self._want_after_fwd = snapshot
         if snapshot:
             if torch.cuda.is_available() and torch.cuda.is_initialized():
-                self.note_peak()
+                self.run_peak_allocated_bytes = self.peak_allocated_bytes()  # before the reset erases it
                 torch.cuda.reset_peak_memory_stats()
-                if self.graphed_steps is not None:
-                    self.graphed_steps.step_peak_bytes = 0
+                if (graphs := self._graphs()) is not None:
+                    self._replay_mark = graphs.replays
             self._take(state, "before_fwd")
 
     def on_substep_end(self, args, state, control, **kwargs):
@@ -380,23 +391,24 @@ class MemoryCallback(TrainerCallback):
             state.log_history[-1].update(values)
 
     def on_train_end(self, args, state, control, **kwargs):
-        self.note_peak()
+        self.run_peak_allocated_bytes = self.peak_allocated_bytes()
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
 
-    def note_peak(self) -> None:
-        """Folds the allocator's peak (and a CUDA graph replay's) into the run's peak, before anyone resets it."""
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            peak = torch.cuda.max_memory_allocated()
-            if self.graphed_steps is not None:
-                peak = max(peak, self.graphed_steps.peak_bytes)
-            self.run_peak_allocated_bytes = max(self.run_peak_allocated_bytes or 0, peak)
-
     def peak_allocated_bytes(self) -> int | None:
-        """The run's CUDA peak so far on this rank (None without CUDA)."""
-        self.note_peak()
-        return self.run_peak_allocated_bytes
+        """The run's CUDA peak so far on this rank (None without CUDA); reads, changes nothing.
+
+        The allocator's peak counter since its last reset, the peaks kept before this callback's resets, and under
+        CUDA graphs the replays' peak and what the counter read when a capture reset it.
+        """
+        if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+            return self.run_peak_allocated_bytes
+        peak = torch.cuda.max_memory_allocated()
+        graphs = self._graphs()
+        if graphs is not None:
+            peak = max(peak, graphs.peak_bytes, graphs.erased_peak_bytes)
+        return max(self.run_peak_allocated_bytes or 0, peak)
 
 
 # ---------------------------------------------------------------- after an OOM

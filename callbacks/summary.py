@@ -1,8 +1,9 @@
 """Run summary: training time, throughput, MFU, peak memory, losses; and the effective configuration.
 
-No per-step host syncs: samples and tokens are summed on the device by a forward pre-hook and read once
-at the end; losses come from `state.log_history`, which the Trainer fills anyway. CUDA is synchronised
-twice (first optimizer step, end of training) so that those two timestamps are not early.
+No per-step host syncs: samples and tokens are summed on the device by a forward pre-hook (or, for steps
+that run no hook, by the trainer into the `BatchCounts` handed to the callback) and read once at the end;
+losses come from `state.log_history`, which the Trainer fills anyway. CUDA is synchronised twice (first
+optimizer step, end of training) so that those two timestamps are not early.
 
 Tokens are the non-padding positions the language model processes: the sum of `attention_mask`, plus
 `query_tokens_per_sample` per sample. With transformers 5.17's Blip2Processor (num_query_tokens set,
@@ -46,18 +47,45 @@ def loss_per_epoch(log_history: list[dict[str, Any]]) -> dict[int, float]:
     return {epoch: sum(v) / len(v) for epoch, v in sorted(buckets.items())}
 
 
+class BatchCounts:
+    """Samples and tokens of the training micro-batches counted so far; tokens stay on the device (no sync).
+
+    Tokens here leave out `query_tokens_per_sample`: the summary adds those per sample when it reads them.
+    """
+
+    def __init__(self) -> None:
+        self.samples = 0
+        self.tokens: Any = 0
+
+    def add(self, kwargs: dict[str, Any], args: tuple = ()) -> None:
+        """One micro-batch, as the model's forward receives it (`args`: its positional arguments)."""
+        mask = kwargs.get("attention_mask")
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        batch = next((t for t in (ids, mask, kwargs.get("pixel_values")) if isinstance(t, torch.Tensor)), None)
+        if batch is None:
+            return
+        self.samples += batch.shape[0]
+        if isinstance(mask, torch.Tensor):
+            self.tokens = self.tokens + mask.sum()  # stays on the device: no sync
+        elif isinstance(ids, torch.Tensor):
+            self.tokens = self.tokens + ids.numel()
+
+
 class RunSummaryCallback(TrainerCallback):
     """Times the training loop, counts samples and tokens, and records the effective configuration.
 
     `process_start_time` (seconds since the epoch) marks the start for time-to-first-step; by default
     the process's creation time from psutil. `flops_per_sample` (training FLOPs, see callbacks.flops)
     gives TFLOP/s and MFU; `peak_flops` (per GPU) defaults to the table in callbacks.flops by device name.
+    `counts`: filled by the trainer when its steps run no forward hook (CUDA graph replays: strategies/cuda_graphs.py);
+    the callback then only reads it. Without it, the callback's forward pre-hook counts into its own.
     """
 
     def __init__(self, flops_per_sample: float | None = None, peak_flops: float | None = None,
                  process_start_time: float | None = None, query_tokens_per_sample: int = 0,
                  memory: Any = None, results_file: str = "runs/results.jsonl", print_rank0: bool = True,
-                 startup: dict[str, float] | None = None, utilization: UtilizationSampler | None = None) -> None:
+                 startup: dict[str, float] | None = None, utilization: UtilizationSampler | None = None,
+                 counts: BatchCounts | None = None) -> None:
         self.flops_per_sample = flops_per_sample
         self.peak_flops = peak_flops
         self.process_start_time = process_start_time or psutil.Process(os.getpid()).create_time()
@@ -75,10 +103,9 @@ class RunSummaryCallback(TrainerCallback):
         self._step_ends: list[float] = []
         self._first_step_end: float | None = None
         self._samples_in_first_step = 0
-        self._samples = 0
-        self._tokens: Any = 0
+        self._counts_forward = counts is None  # else the trainer counts every micro-batch, replayed ones too
+        self.counts = counts if counts is not None else BatchCounts()
         self._hook = None
-        self.counts_forward = True
         self._args = self._state = None
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
@@ -92,31 +119,15 @@ class RunSummaryCallback(TrainerCallback):
         self.train_begin_s = time.perf_counter()
 
     def _count(self, module, args, kwargs) -> None:
-        if module.training and self.counts_forward:
-            self.count_batch(kwargs, args)
-
-    def count_batch(self, kwargs: dict[str, Any], args: tuple = ()) -> None:
-        """Counts one training micro-batch's samples and tokens. Under CUDA graphs, whose replays run no forward
-        hook, the trainer calls it for every micro-batch and sets `counts_forward` off (recipes/cuda_graphs.py)."""
-        mask = kwargs.get("attention_mask")
-        ids = kwargs.get("input_ids", args[0] if args else None)
-        batch = next((t for t in (ids, mask, kwargs.get("pixel_values")) if isinstance(t, torch.Tensor)), None)
-        if batch is None:
-            return
-        samples = batch.shape[0]
-        self._samples += samples
-        if isinstance(mask, torch.Tensor):
-            self._tokens = self._tokens + mask.sum()  # stays on the device: no sync
-        elif isinstance(ids, torch.Tensor):
-            self._tokens = self._tokens + ids.numel()
-        self._tokens = self._tokens + samples * self.query_tokens_per_sample
+        if module.training and self._counts_forward:
+            self.counts.add(kwargs, args)
 
     def on_optimizer_step(self, args, state, control, model=None, optimizer=None, **kwargs):
         if self.time_to_first_step_s is not None:
             return
         _sync()
         self._first_step_end = time.perf_counter()
-        self._samples_in_first_step = self._samples
+        self._samples_in_first_step = self.counts.samples
         self.time_to_first_step_s = time.time() - self.process_start_time
         self.startup["first_optimizer_step"] = self.time_to_first_step_s
         self.effective_config = effective_config(args, model, optimizer)  # optimizer states exist now
@@ -143,13 +154,15 @@ class RunSummaryCallback(TrainerCallback):
         end = self.train_end_s if completed else time.perf_counter()
         train_time_s = end - self.train_begin_s if self.train_begin_s is not None else None
         world = args.world_size if args is not None else 1
-        tokens = int(self._tokens.item()) if isinstance(self._tokens, torch.Tensor) else int(self._tokens)
+        samples, tokens = self.counts.samples, self.counts.tokens
+        tokens = (int(tokens.item()) if isinstance(tokens, torch.Tensor) else int(tokens)) \
+            + samples * self.query_tokens_per_sample
         # Every rank sees equally sized batches (DistributedSampler pads), so global = local × world size.
-        samples_global, tokens_global = self._samples * world, tokens * world
+        samples_global, tokens_global = samples * world, tokens * world
         rate = (lambda n: n / train_time_s) if train_time_s else (lambda n: None)
         # After the first optimizer step: without start-up, worker spin-up and CUDA warm-up.
         steady_time_s = end - self._first_step_end if self._first_step_end is not None else None
-        steady_samples = (self._samples - self._samples_in_first_step) * world
+        steady_samples = (samples - self._samples_in_first_step) * world
         step_ends = [self.train_begin_s, *self._step_ends] if self.train_begin_s is not None else []
         peak = self.peak_flops if self.peak_flops is not None else peak_bf16_flops(
             device_name() if torch.cuda.is_available() else None)

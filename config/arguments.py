@@ -15,8 +15,7 @@ from transformers import HfArgumentParser, TrainingArguments
 
 from altscale.config.errors import ConfigError
 from altscale.strategies.launch import last_value, launch_deepspeed_words
-
-PRECISIONS = ("32-true", "bf16-true", "bf16-mixed", "fp16-mixed")
+from altscale.strategies.precision import precision_flags
 
 
 @dataclass
@@ -177,7 +176,7 @@ def load_recipe(path: str | Path) -> dict:
     """The keys of a recipe YAML file; an unknown key is an error that names the closest known one."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"recipe {path}: no such file; recipes live in recipes/ (e.g. recipes/blip2/tiny-opt.yaml)")
+        raise ConfigError(f"recipe {path}: no such file; recipes live in recipes/ (e.g. recipes/blip2/tiny-opt-demo.yaml)")
     try:
         recipe = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
@@ -280,35 +279,3 @@ def _parse(words: list[str]):
         flags = [word.lstrip("-") for word in unknown if word.startswith("--")] or unknown
         raise ConfigError("\n".join(f"command line: unknown option {flag!r}{_closest(flag)}" for flag in flags))
     return groups
-
-
-def precision_flags(precision: str, training: TrainingArguments) -> dict:
-    """The TrainingArguments autocast flags that `precision` implies.
-
-    bf16-true needs no autocast: the model itself is loaded in bf16 (see `model_dtype`).
-    """
-    if precision not in PRECISIONS:
-        raise ConfigError(f"precision: {precision!r} is unknown; use one of {', '.join(PRECISIONS)}")
-    # DeepSpeed keeps bf16 weights only in its bf16 mode (with fp32 master weights), so bf16-true turns it on.
-    bf16_mode = precision == "bf16-mixed" or (precision == "bf16-true" and bool(training.deepspeed))
-    wanted = {"bf16": bf16_mode, "fp16": precision == "fp16-mixed"}
-    for flag, value in wanted.items():
-        if getattr(training, flag) and not value:
-            raise ConfigError(
-                f"{flag}: true contradicts precision: {precision}; drop {flag} and say precision: "
-                f"{'bf16-mixed' if flag == 'bf16' else 'fp16-mixed'} (or bf16-true for bf16 weights)"
-            )
-    import torch
-
-    if precision == "bf16-mixed" and not torch.cuda.is_available() and not training.use_cpu:
-        raise ConfigError(
-            "precision: bf16-mixed on a machine without a GPU autocasts on the CPU only with use_cpu: true; "
-            "add it, or use precision: 32-true"
-        )
-    return {flag: True for flag, value in wanted.items() if value}
-
-
-def model_dtype(precision: str):
-    import torch
-
-    return torch.bfloat16 if precision == "bf16-true" else torch.float32

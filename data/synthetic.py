@@ -54,6 +54,24 @@ def describe(attrs: dict) -> str:
     return f"{COUNTS[attrs['count']]} {noun} on a {attrs['plate']} plate"
 
 
+# The lab's photos are 512x384 JPEGs with captions of 8-25 words: a longer caption says the same thing and adds the
+# table and how the photo was taken, so token counts (and the language model's work) match the lab's data.
+LAB_SIZE = (512, 384)
+LAB_SHOTS = ("photographed from above", "seen from a low angle", "in soft window light", "under bright kitchen light",
+             "close up with a blurred background", "ready to be eaten at a small cafe")
+TABLE_WORDS = {"wood": "a wooden table", "gray": "a gray stone counter", "pink": "a pink tablecloth"}
+
+
+def describe_long(attrs: dict, rng: random.Random) -> str:
+    """A lab-length alt text (8-25 words), e.g. 'two lemons on a blue plate resting on a wooden table, seen from a
+    low angle'."""
+    caption = f"{describe(attrs)} resting on {TABLE_WORDS[attrs['table']]}"
+    shots = rng.sample(LAB_SHOTS, rng.randint(0, 2))
+    while shots and len(f"{caption}, {' and '.join(shots)}".split()) > 25:
+        shots.pop()
+    return f"{caption}, {' and '.join(shots)}" if shots else caption
+
+
 def caption_vocabulary() -> list[str]:
     """Every word a caption can contain, each once, in a fixed order."""
     captions = [
@@ -106,26 +124,40 @@ def draw(attrs: dict, rng: random.Random, size: int = 128) -> PILImage.Image:
     return image
 
 
-def _png_bytes(image: PILImage.Image) -> bytes:
+def draw_lab(attrs: dict, rng: random.Random) -> PILImage.Image:
+    """A 512x384 photo: the square scene, drawn 384 px high, centred on a wider strip of the same table."""
+    width, height = LAB_SIZE
+    image = PILImage.new("RGB", LAB_SIZE, _jitter(TABLES[attrs["table"]], rng))
+    image.paste(draw(attrs, rng, height), ((width - height) // 2, 0))
+    return image
+
+
+def _encoded(image: PILImage.Image, fmt: str) -> bytes:
     buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
+    image.save(buffer, format=fmt, **({"quality": 90} if fmt == "JPEG" else {}))
     return buffer.getvalue()
 
 
-def _make_split(num: int, rng: random.Random, size: int) -> Dataset:
+def _make_split(num: int, rng: random.Random, size: int, lab: bool) -> Dataset:
     images, texts = [], []
     for _ in range(num):
         attrs = sample_attributes(rng)
-        images.append({"bytes": _png_bytes(draw(attrs, rng, size)), "path": None})
-        texts.append(describe(attrs))
+        photo = draw_lab(attrs, rng) if lab else draw(attrs, rng, size)
+        images.append({"bytes": _encoded(photo, "JPEG" if lab else "PNG"), "path": None})
+        texts.append(describe_long(attrs, rng) if lab else describe(attrs))
     return Dataset.from_dict({"image": images, "text": texts}, features=Features({"image": Image(), "text": Value("string")}))
 
 
-def make_synthetic_dataset(out_dir: str | Path, num_train: int = 1000, num_test: int = 100, seed: int = 0, size: int = 128) -> DatasetDict:
-    """Write train/test splits of synthetic photos in the lab's save_to_disk format and return them."""
+def make_synthetic_dataset(out_dir: str | Path, num_train: int = 1000, num_test: int = 100, seed: int = 0, size: int = 128,
+                           lab: bool = False) -> DatasetDict:
+    """Write train/test splits of synthetic photos in the lab's save_to_disk format and return them.
+
+    `lab`: photos as the lab's own data has them, 512x384 JPEGs with 8-25-word captions (`size` is then unused);
+    otherwise square PNGs of `size` px with 6-word captions, which flatter speed and memory.
+    """
     # One stream for both splits: test photos are new drawings of captions the train split already covers.
     rng = random.Random(seed)
-    dataset = DatasetDict({"train": _make_split(num_train, rng, size), "test": _make_split(num_test, rng, size)})
+    dataset = DatasetDict({"train": _make_split(num_train, rng, size, lab), "test": _make_split(num_test, rng, size, lab)})
     dataset.save_to_disk(str(out_dir))
     return dataset
 
@@ -137,9 +169,13 @@ def main() -> None:
     parser.add_argument("--num-test", type=int, default=100, help="Photos in the test split.")
     parser.add_argument("--seed", type=int, default=0, help="Same seed, same bytes.")
     parser.add_argument("--size", type=int, default=128, help="Image side in pixels.")
+    parser.add_argument("--lab", action="store_true", help="The lab's format: 512x384 JPEGs, captions of 8-25 words.")
     args = parser.parse_args()
     disable_progress_bars()  # the CLI promises one line of output
-    make_synthetic_dataset(args.out, args.num_train, args.num_test, args.seed, args.size)
+    make_synthetic_dataset(args.out, args.num_train, args.num_test, args.seed, args.size, lab=args.lab)
+    if args.lab:
+        print(f"wrote {args.num_train} train + {args.num_test} test photos (512x384 JPEG, 8-25-word captions) to {args.out}")
+        return
     num_captions = len(COUNTS) * len(ITEMS) * len(PLATES)
     print(f"wrote {args.num_train} train + {args.num_test} test photos ({args.size} px, {num_captions} distinct captions) to {args.out}")
 

@@ -49,7 +49,8 @@ def build_device() -> torch.device:
 
 
 def build_random(model_class, config, dtype: torch.dtype, device: torch.device, attn: str):
-    """`model_class` with random weights, built where it will train, in the dtype it trains in."""
+    """`model_class` with random weights, built where it will train, in the dtype it trains in (transformers'
+    private `_attn_implementation` and `_from_config`, listed in patches/transformers.py)."""
     config._attn_implementation = attn
     if is_deepspeed_zero3_enabled():
         # transformers wraps construction in deepspeed.zero.Init, which partitions as it builds.

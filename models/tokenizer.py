@@ -3,7 +3,7 @@
 It is a byte-level BPE trained on `tokenizers/corpus.txt`, so it can encode any text (no unknown
 tokens), while caption words stay single tokens. Special tokens sit at the ids the real tokenizers
 use (OPT: <s>=0, <pad>=1, </s>=2, <unk>=3; T5: <pad>=0, </s>=1, <unk>=2), and `<image>` is last.
-The saved files are kept in the repo; `python -m models.tokenizer` writes them again.
+The saved files are kept in the repo; `python -m altscale.models.tokenizer` writes them again.
 """
 
 from pathlib import Path

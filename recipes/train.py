@@ -18,7 +18,6 @@ import torch
 from transformers import Trainer, set_seed
 
 from altscale.callbacks import (
-    MemoryCallback,
     build_callbacks,
     format_summary,
     log_memory_before_reporters,
@@ -29,18 +28,23 @@ from altscale.callbacks import (
 from altscale.callbacks.caption_metrics import build_caption_metrics_callbacks
 from altscale.callbacks.interrupt import InterruptCallback, TrainingInterrupted
 from altscale.callbacks.profiler import ProfilerCallback
+from altscale.artifacts.output_dir import prepare_output_dir, write_json_atomic
+from altscale.artifacts.publish import publish_run
+from altscale.config.adjust import adjust_training_args
+from altscale.config.arguments import Arguments, parse_args
+from altscale.config.checks import check_compatible
+from altscale.config.errors import EXIT_USER_ERROR, AltscaleError
+from altscale.config.machine import Machine
 from altscale.data.loading import load_caption_dataset, select_splits
 from altscale.data.validate import validate_splits
-from altscale.models.adapters import apply_lora, build_lora_config
 from altscale.families import Family, family_for
+from altscale.models.adapters import apply_lora, build_lora_config
 from altscale.models.build import build_quantization_config
-from altscale.config.arguments import Arguments, model_dtype, parse_args
-from altscale.config.checks import check_compatible
-from altscale.strategies.cuda_graphs import GraphedTrainer
-from altscale.config.errors import EXIT_USER_ERROR, AltscaleError
-from altscale.strategies.launch import configure_ddp, configure_fsdp, quant_storage, read_launch, route_checkpointing
-from altscale.artifacts.publish import publish_run, push_adjustment, trainer_args_without_push
-from altscale.artifacts.output_dir import prepare_output_dir, write_json_atomic
+from altscale.strategies.cuda_graphs import GraphedRun, GraphedTrainer
+from altscale.strategies.ddp import configure_ddp
+from altscale.strategies.fsdp import configure_fsdp
+from altscale.strategies.launch import LaunchPlan, plan_launch
+from altscale.strategies.precision import model_dtype
 
 # When this process started (the run record's startup times count from it), and when its imports were done.
 PROCESS_START = psutil.Process().create_time()
@@ -54,37 +58,27 @@ class OutOfMemory(AltscaleError):
     """Training ran out of accelerator memory; the message holds the breakdown and advice."""
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None, machine: Machine | None = None) -> dict:
+    """Train as the recipe and command line say; `machine`: what to check against (default: this one)."""
     startup = {"imports": IMPORTS_DONE - PROCESS_START}  # seconds since process start, into the run record
     args = parse_args(argv)
-    check_compatible(args)  # fails before any weight is loaded
+    plan = plan_launch(args)  # single, DDP, FSDP or DeepSpeed as launched, and every decision that follows
+    check_compatible(args, plan, machine or Machine.detect())  # fails before any weight is loaded
     set_seed(args.training.seed)
-    launch = read_launch(args.training)  # single, DDP, FSDP or DeepSpeed, as accelerate launch set it up
-    adjustments = scale_learning_rate(args) | push_adjustment(args.training) | route_checkpointing(args, launch)
+    trainer_args, adjustments = adjust_training_args(args, plan)
     train_set, eval_set = build_datasets(args)  # bad data stops the run before a large model is built
     startup["data"] = time.time() - PROCESS_START
-    dtype = model_dtype(args.strategy.precision)
     family = family_for(args.model.model_name_or_path)
-    model, processor, model_report = family.build_model(
-        args.model.model_name_or_path,
-        init=args.model.init,
-        dtype=dtype,
-        attn_implementation=args.model.attn_implementation,
-        processor_name_or_path=args.model.processor_name_or_path,
-        quantization=build_quantization_config(
-            args.strategy.load_in_4bit, args.strategy.bnb_4bit_use_double_quant, compute_dtype=torch.bfloat16,
-            quant_storage=quant_storage(launch, dtype),
-        ),
-    )
-    model = apply_adapters(args, family, model)
+    model, processor, model_report = build_model(args, family, plan)
     startup["model"] = time.time() - PROCESS_START
     collator = family.build_collator(model, processor, args.data)
-    trainer = build_trainer(args, family, model, processor, collator, train_set, eval_set, startup)
+    trainer = build_trainer(args, trainer_args, family, model, processor, collator, train_set, eval_set, startup)
     # FSDP units and checkpointing from the built model, DDP's buckets: before the Trainer wraps the model
-    configure_fsdp(trainer, launch, args.strategy.fsdp_layers_per_unit, args.strategy.fsdp_forward_prefetch)
-    configure_ddp(trainer, launch)
+    done = {"fsdp": configure_fsdp(trainer, plan, family, args.strategy.fsdp_layers_per_unit,
+                                   args.strategy.fsdp_forward_prefetch),
+            "ddp": configure_ddp(trainer, plan)}
     startup["trainer"] = time.time() - PROCESS_START
-    record = train(args, trainer, model_report, adjustments, launch.to_record())
+    record = train(args, trainer, model_report, adjustments, plan.to_record(done))
     if args.strategy.save_model:
         trainer.save_model()
     result = {"record": record, "log_history": trainer.state.log_history, "output_dir": args.training.output_dir}
@@ -96,20 +90,21 @@ def main(argv: list[str] | None = None) -> dict:
     return result
 
 
-def scale_learning_rate(args: Arguments) -> dict:
-    """The one place a recipe's value is changed: learning_rate under lr_scaling: linear. Returns the report."""
-    if args.strategy.lr_scaling != "linear":
-        return {}
-    training = args.training
-    global_batch = training.per_device_train_batch_size * training.gradient_accumulation_steps * training.world_size
-    asked = training.learning_rate
-    training.learning_rate = asked * global_batch / args.strategy.lr_reference_batch_size
-    change = {"asked": asked, "used": training.learning_rate,
-              "why": f"lr_scaling: linear, global batch {global_batch} / lr_reference_batch_size "
-                     f"{args.strategy.lr_reference_batch_size}"}
-    if training.process_index == 0:
-        print(f"learning_rate: asked {asked:g}, using {training.learning_rate:g} ({change['why']})")
-    return {"learning_rate": change}
+def build_model(args: Arguments, family: Family, plan: LaunchPlan):
+    """The family's model and processor in the precision's dtype, quantized for QLoRA, with LoRA adapters if asked."""
+    dtype = model_dtype(args.strategy.precision)
+    model, processor, report = family.build_model(
+        args.model.model_name_or_path,
+        init=args.model.init,
+        dtype=dtype,
+        attn_implementation=args.model.attn_implementation,
+        processor_name_or_path=args.model.processor_name_or_path,
+        quantization=build_quantization_config(
+            args.strategy.load_in_4bit, args.strategy.bnb_4bit_use_double_quant, compute_dtype=torch.bfloat16,
+            quant_storage=plan.quant_storage(dtype),
+        ),
+    )
+    return apply_adapters(args, family, model), processor, report
 
 
 def apply_adapters(args: Arguments, family: Family, model):
@@ -153,25 +148,27 @@ def build_datasets(args: Arguments):
     return splits["train"], splits["eval"]
 
 
-def build_trainer(args: Arguments, family: Family, model, processor, collator, train_set, eval_set,
+def build_trainer(args: Arguments, trainer_args, family: Family, model, processor, collator, train_set, eval_set,
                   startup: dict[str, float] | None = None) -> Trainer:
+    # What CUDA graph replays count and hold, which no hook sees: the trainer fills it, the callbacks read it.
+    graphed_run = GraphedRun() if args.strategy.cuda_graphs else None
     callbacks = build_callbacks(
         memory_log_steps=args.strategy.memory_log_steps,
         results_file=args.strategy.results_file,
         flops_per_sample=family.flops_per_sample(model.config, collator, train_set),
         process_start_time=PROCESS_START,
         startup=startup,
+        graphed_run=graphed_run,
     )
     if args.strategy.profile_steps:
         callbacks.append(ProfilerCallback(args.strategy.profile_steps, args.training.output_dir))
     graphs = {}
-    if args.strategy.cuda_graphs:  # recipes/cuda_graphs.py; checks.cuda_graph_problems refused what it cannot run
-        memory = next(cb for cb in callbacks if isinstance(cb, MemoryCallback))
-        graphs = {"cuda_graph_max_shapes": args.strategy.cuda_graph_max_shapes, "memory_callback": memory}
+    if graphed_run is not None:  # strategies/cuda_graphs.py; checks.cuda_graph_problems refused what it cannot run
+        graphs = {"cuda_graph_max_shapes": args.strategy.cuda_graph_max_shapes, "graphed_run": graphed_run}
     trainer = (GraphedTrainer if graphs else Trainer)(
         **graphs,
         model=model,
-        args=trainer_args_without_push(args.training),  # publish_run pushes, after training (recipes/publish.py)
+        args=trainer_args,  # push_to_hub off in its copy: publish_run pushes after training (config/adjust.py)
         data_collator=collator,
         train_dataset=train_set,
         eval_dataset=eval_set,
@@ -215,10 +212,10 @@ def train(args: Arguments, trainer: Trainer, model_report, adjustments: dict, la
     return record
 
 
-def run(argv: list[str] | None = None) -> int:
+def run(argv: list[str] | None = None, machine: Machine | None = None) -> int:
     """`main`, with every mistake a user can make ending in one message and an exit code."""
     try:
-        main(argv)
+        main(argv, machine)
     except OutOfMemory as err:
         print(f"error: out of GPU memory\n{err}", file=sys.stderr)
         return EXIT_OOM

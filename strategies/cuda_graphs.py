@@ -4,7 +4,8 @@ On the GPUs we measured, an eager BLIP-2 step is bound by the host: the Python a
 each kernel takes longer than the kernel (docs/speed.md). A CUDA graph records the kernels of one forward+backward
 once and replays them with a single launch; the numerics are the eager ones, kernel for kernel.
 
-How it fits the Trainer (`GraphedTrainer.training_step`, transformers 5.17's own step inside):
+How it fits the Trainer (`GraphedTrainer.training_step`, transformers 5.17's own step inside, fed by the Trainer's
+private `_prepare_inputs`: both listed in patches/transformers.py):
 - A graph fixes every shape and address. A batch's signature (shapes and dtypes of its tensors, the accumulation
   count) picks its graph. The first batch of a signature runs eagerly, which also builds that shape's cuBLAS and
   cuDNN plans; the second is captured, and every later one replays. At most `max_graphs` signatures are captured
@@ -22,16 +23,22 @@ How it fits the Trainer (`GraphedTrainer.training_step`, transformers 5.17's own
   backward of `masked_scatter` (placing the 32 query outputs among the text embeddings) selects with a
   data-dependent size, so it is replaced by the same copy written as a gather (identical values and gradients); and
   the attention-mask helpers, which read the mask on the host to skip it when nothing is padded, are told they are
-  being traced, as they are during a capture, so the eager batch and the capture build the same masks and kernels.
+  being traced, as they are during a capture, so the eager batch and the capture build the same masks and kernels
+  (patches/torch.py and patches/transformers.py hold the two changes).
 - If a capture still fails, the run goes on eagerly and the reason is kept for the run record.
 
 Memory: during a replay the allocator sees nothing, so `torch.cuda.max_memory_allocated` misses the activations.
 `peak_bytes` adds them back: memory allocated just before a replay plus the most the graph held live while it was
 captured (measured at capture). `pool_bytes` is what the shared pool reserves.
+
+Callbacks only observe (tests/callbacks/test_observe_only.py): the recipe makes a `GraphedRun`, hands it to the
+callbacks (`build_callbacks(graphed_run=...)`) and to the `GraphedTrainer`; the trainer fills it, the callbacks read
+it in their own events. Nothing here sets a callback's attributes or calls its methods.
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import threading
 import traceback
@@ -40,8 +47,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-from torch.overrides import TorchFunctionMode
 from transformers import Trainer
+
+from altscale.callbacks.summary import BatchCounts
+from altscale.patches.torch import masked_scatter_as_gather
+from altscale.patches.transformers import masks_built_as_traced
 
 
 class CudaGraphBackend:
@@ -127,14 +137,12 @@ class _Graph:
 class GraphedSteps:
     """Forward+backward of micro-batches as CUDA graphs, one per batch signature (see the module docstring)."""
 
-    def __init__(self, params: list[torch.nn.Parameter], max_graphs: int = 4, backend=None,
-                 before_peak_reset: Callable[[], None] | None = None) -> None:
+    def __init__(self, params: list[torch.nn.Parameter], max_graphs: int = 4, backend=None) -> None:
         if max_graphs < 1:
             raise ValueError(f"cuda_graph_max_shapes: {max_graphs}; use 1 or more")
         self.params = [p for p in params if p.requires_grad]
         self.max_graphs = max_graphs
         self.backend = backend or CudaGraphBackend()
-        self.before_peak_reset = before_peak_reset  # lets the memory callback keep its run peak first
         self.grads: list[torch.Tensor] | None = None
         self.graphs: dict[tuple, _Graph] = {}
         self.clean: set[tuple] = set()  # signatures whose eager step was watched and never waited for the host
@@ -144,7 +152,9 @@ class GraphedSteps:
         self.replays = 0
         self.pool_bytes = 0
         self.peak_bytes = 0
-        self.step_peak_bytes = 0  # since the memory callback last reset the allocator's peak
+        # A capture resets the allocator's peak counter, which others read too: what it read then is kept here.
+        self.erased_peak_bytes = 0
+        self._replay_peaks: list[tuple[int, int]] = []  # (replay, bytes) of each replay no later one reached
 
     def __call__(self, run: Callable[[dict, Any], torch.Tensor], inputs: dict[str, Any], num_items: Any,
                  extra_key: tuple = ()) -> torch.Tensor:
@@ -175,10 +185,26 @@ class GraphedSteps:
                     return run(inputs, num_items)
         graph.load(inputs, num_items)
         during = self.backend.allocated() + graph.live_bytes
-        self.peak_bytes, self.step_peak_bytes = max(self.peak_bytes, during), max(self.step_peak_bytes, during)
+        self.peak_bytes = max(self.peak_bytes, during)
+        self._note_replay_peak(during)
         graph.replay()
         self.replays += 1
         return graph.loss.clone()
+
+    def _note_replay_peak(self, during: int) -> None:
+        while self._replay_peaks and self._replay_peaks[-1][1] <= during:
+            self._replay_peaks.pop()  # never again the most since any mark: this replay is later and as large
+        self._replay_peaks.append((self.replays, during))
+
+    def replay_peak_since(self, replay: int) -> int:
+        """The most memory any replay from number `replay` on held (0 if none ran since).
+
+        A reader that resets the allocator's peak notes `replays` then, and asks for the replays' share of the peak
+        since, without anyone resetting a counter on its behalf. The kept peaks fall from oldest to newest, so the
+        first at or after `replay` is the largest; while the memory before a replay stays level they are few.
+        """
+        at = bisect.bisect_left(self._replay_peaks, replay, key=lambda peak: peak[0])
+        return self._replay_peaks[at][1] if at < len(self._replay_peaks) else 0
 
     def _attach_grads(self) -> None:
         """Every trainable parameter holds its own gradient tensor; zero those the Trainer had let go."""
@@ -203,9 +229,8 @@ class GraphedSteps:
         backend = self.backend
         backend.synchronize()
         backend.release_cached()  # the eager step's cached activations go back, for the graph's pool to take
-        if self.before_peak_reset is not None:
-            self.before_peak_reset()
         reserved, allocated = backend.reserved(), backend.allocated()
+        self.erased_peak_bytes = max(self.erased_peak_bytes, backend.peak())
         backend.reset_peak()
         try:
             graph.replay, graph.loss = backend.capture(lambda: run(graph.inputs, graph.num_items))
@@ -251,39 +276,10 @@ def root_cause(err: BaseException) -> str:
 
 @contextlib.contextmanager
 def capture_safe():
-    """BLIP-2's training step without its two host waits (see the module docstring), for eager and captured runs."""
-    import transformers.masking_utils as masking
-
-    traced = masking.is_tracing
-    masking.is_tracing = lambda *args, **kwargs: True
-    try:
-        with _GatherForMaskedScatter():
-            yield
-    finally:
-        masking.is_tracing = traced
-
-
-class _GatherForMaskedScatter(TorchFunctionMode):
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is torch.Tensor.masked_scatter:
-            placed = masked_scatter_rows(*args, **kwargs)
-            if placed is not None:
-                return placed
-        return func(*args, **kwargs)
-
-
-def masked_scatter_rows(target: torch.Tensor, mask: torch.Tensor, source: torch.Tensor) -> torch.Tensor | None:
-    """`target.masked_scatter(mask, source)` where `mask` selects whole rows of the last dimension (its last size is
-    1), written as a gather: its backward is a scatter-add, where masked_scatter's selects with a size only the
-    device knows. None for other masks (the caller falls back to masked_scatter)."""
-    width = target.shape[-1]
-    if mask.dtype != torch.bool or mask.dim() != target.dim() or mask.shape[-1] != 1 or source.shape[-1] != width:
-        return None
-    rows = mask.expand(*target.shape[:-1], 1).reshape(-1)
-    take = (rows.long().cumsum(0) - 1).clamp(min=0)  # the source row each selected target row receives
-    picked = source.reshape(-1, width).index_select(0, take).to(target.dtype)
-    return torch.where(rows.unsqueeze(-1), picked, target.reshape(-1, width)).view(target.shape)
+    """BLIP-2's training step without its two host waits (see the module docstring), for eager and captured runs.
+    Both are changes to a library, kept with that library's others: patches/transformers.py, patches/torch.py."""
+    with masks_built_as_traced(), masked_scatter_as_gather():
+        yield
 
 
 def signature(inputs: dict[str, Any], num_items: Any) -> tuple:
@@ -300,31 +296,42 @@ def describe(key: tuple) -> str:
     return " ".join(f"{part[0]}{list(part[1])}" for part in key if isinstance(part, tuple) and len(part) == 3)
 
 
-class GraphedTrainer(Trainer):
-    """The Trainer, with each micro-batch's forward+backward replayed as a CUDA graph (`cuda_graphs: true`)."""
+class GraphedRun:
+    """What a GraphedTrainer's micro-batches did that its callbacks cannot see for themselves, for them to read.
 
-    def __init__(self, *args, cuda_graph_max_shapes: int = 4, memory_callback=None, **kwargs):
+    A replay runs no forward hook (where the run summary counts samples and tokens) and allocates nothing the
+    allocator's counters see (the memory callback's peaks). The recipe makes one before the Trainer and hands it to
+    both: the trainer fills it, the callbacks read it, so no code outside a callback writes into one.
+    """
+
+    def __init__(self) -> None:
+        self.steps: GraphedSteps | None = None  # made at the first micro-batch, from the model the Trainer trains
+        self.batches = BatchCounts()  # every training micro-batch, replayed or eager
+
+
+class GraphedTrainer(Trainer):
+    """The Trainer, with each micro-batch's forward+backward replayed as a CUDA graph (`cuda_graphs: true`).
+
+    `graphed_run`: the GraphedRun its callbacks were given (build_callbacks); without one it keeps its own.
+    """
+
+    def __init__(self, *args, cuda_graph_max_shapes: int = 4, graphed_run: GraphedRun | None = None, **kwargs):
         super().__init__(*args, **kwargs)
-        self._graph_settings = (cuda_graph_max_shapes, memory_callback)
-        self.graphed_steps: GraphedSteps | None = None
+        self.cuda_graph_max_shapes = cuda_graph_max_shapes
+        self.graphed_run = graphed_run if graphed_run is not None else GraphedRun()
+
+    @property
+    def graphed_steps(self) -> GraphedSteps | None:
+        """What the graphs ran, for the run record (callbacks/results.py); None before the first micro-batch."""
+        return self.graphed_run.steps
 
     def training_step(self, model, inputs, num_items_in_batch=None):
-        if self.graphed_steps is None:
-            max_graphs, memory = self._graph_settings
-            self.graphed_steps = GraphedSteps(
-                list(model.parameters()), max_graphs=max_graphs,
-                before_peak_reset=memory.note_peak if memory is not None else None,
-            )
-            if memory is not None:
-                memory.graphed_steps = self.graphed_steps
-            # A replay runs no forward hook: the run summary's samples and tokens are counted here instead.
-            self._counters = [cb for cb in self.callback_handler.callbacks if hasattr(cb, "count_batch")]
-            for callback in self._counters:
-                callback.counts_forward = False
-        for callback in self._counters:
-            callback.count_batch(inputs)
+        run = self.graphed_run
+        if run.steps is None:  # the parameters of the model as the Trainer prepared it
+            run.steps = GraphedSteps(list(model.parameters()), max_graphs=self.cuda_graph_max_shapes)
+        run.batches.add(inputs)  # a replay runs no forward hook: the run summary reads these counts instead
         eager = super().training_step
-        return self.graphed_steps(
+        return run.steps(
             lambda batch, num_items: eager(model, batch, num_items),
             self._prepare_inputs(inputs),
             num_items_in_batch,

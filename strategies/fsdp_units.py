@@ -9,13 +9,17 @@ wide. The forward prefetch issues the next unit's all-gather when a unit starts,
 does, so the transfer runs while this unit's kernels are launched.
 
 This module shards the layers itself, then leaves accelerate the rest of its FSDP2 setup (the embedding and head
-unit, the root unit, the optimizer, the state dict): it clears the plugin's wrap policy so that accelerate does
-not look for the layers again (their classes are renamed FSDP<name> by fully_shard).
+unit, the root unit, the optimizer, the state dict); strategies/fsdp.py then clears the plugin's wrap policy and
+checkpointing (patches/accelerate.py), so that accelerate does not look for the layers again (fully_shard renames
+their classes FSDP<name>) nor wrap them a second time. The layers get the `fully_shard` arguments accelerate gives
+the rest (patches/accelerate.py `fully_shard_kwargs` mirrors its fsdp2_prepare_model).
 """
 
 from __future__ import annotations
 
 import torch
+
+from altscale.patches.accelerate import fully_shard_kwargs
 
 
 def layer_runs(model: torch.nn.Module, class_names: list[str]) -> list[list[torch.nn.Module]]:
@@ -41,7 +45,7 @@ def layer_runs(model: torch.nn.Module, class_names: list[str]) -> list[list[torc
 
 def checkpoint_layers(model: torch.nn.Module, runs: list[list[torch.nn.Module]]) -> list[list[torch.nn.Module]]:
     """Wraps every layer in torch's CheckpointWrapper (as accelerate's fsdp2_apply_ac does); returns the wrapped
-    runs."""
+    runs. The wrapper lives in a private torch module (listed in patches/torch.py)."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
     names = {id(module): name for name, module in model.named_modules()}
@@ -57,7 +61,7 @@ def checkpoint_layers(model: torch.nn.Module, runs: list[list[torch.nn.Module]])
 
 
 def shard_layers(runs: list[list[torch.nn.Module]], layers_per_unit: int, forward_prefetch: bool,
-                 **fully_shard_kwargs) -> list[int]:
+                 **shard_kwargs) -> list[int]:
     """fully_shard on each group of `layers_per_unit` consecutive layers; returns the units' layer counts.
 
     With `forward_prefetch`, each unit asks FSDP to all-gather the next unit of its run as it starts its forward.
@@ -68,7 +72,7 @@ def shard_layers(runs: list[list[torch.nn.Module]], layers_per_unit: int, forwar
     for run in runs:
         units = [run[start:start + layers_per_unit] for start in range(0, len(run), layers_per_unit)]
         for unit in units:
-            fully_shard(unit if len(unit) > 1 else unit[0], **fully_shard_kwargs)
+            fully_shard(unit if len(unit) > 1 else unit[0], **shard_kwargs)
             sizes.append(len(unit))
         if forward_prefetch:
             for unit, following in zip(units, units[1:]):
@@ -76,29 +80,16 @@ def shard_layers(runs: list[list[torch.nn.Module]], layers_per_unit: int, forwar
     return sizes
 
 
-def fully_shard_kwargs(plugin) -> dict:
-    """The fully_shard arguments accelerate 1.15's fsdp2_prepare_model passes (without a device mesh config)."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy
+def shard_towers(model: torch.nn.Module, plugin, class_names: list[str], checkpointed: bool, layers_per_unit: int,
+                 forward_prefetch: bool) -> dict:
+    """Checkpoints (if planned) and shards the layers of `class_names`; the plugin's other settings stay accelerate's.
 
-    return {
-        "reshard_after_forward": plugin.reshard_after_forward,
-        "offload_policy": plugin.cpu_offload,
-        "mp_policy": plugin.mixed_precision_policy or MixedPrecisionPolicy(),
-    }
-
-
-def shard_towers(model: torch.nn.Module, plugin, layers_per_unit: int, forward_prefetch: bool) -> dict:
-    """Checkpoints (if the plugin asks) and shards the layers named by the plugin; the rest stays accelerate's.
-
-    Returns what it did, for the run record.
+    Returns what it did, for the run record. The caller then tells accelerate to leave these layers alone
+    (strategies/fsdp.py configure_fsdp).
     """
-    runs = layer_runs(model, plugin.transformer_cls_names_to_wrap)
-    checkpointed = bool(plugin.activation_checkpointing)
+    runs = layer_runs(model, class_names)
     if checkpointed:
         runs = checkpoint_layers(model, runs)
     sizes = shard_layers(runs, layers_per_unit, forward_prefetch, **fully_shard_kwargs(plugin))
-    # accelerate would otherwise wrap and checkpoint the same layers again, by a class name they no longer have
-    plugin.auto_wrap_policy = None
-    plugin.activation_checkpointing = False
     return {"layer_units": len(sizes), "layers_per_unit": layers_per_unit, "forward_prefetch": forward_prefetch,
             "checkpointed_layers": sum(sizes) if checkpointed else 0}

@@ -12,16 +12,15 @@ kernels, whatever DTensor would have done.
 `ShardLocalStep` does that around the parent class's own `step`: for the step's duration each DTensor parameter is
 replaced in `param_groups` by its local tensor, with the local gradient and state; state the step creates is kept
 as DTensors over the same memory, so checkpoints, `state_dict()` and the memory breakdown see what they always see.
+The swap reaches into torch's optimizer and DTensor internals, so it lives with torch's other changes
+(patches/torch.py `local_shards_for_step`).
 """
 
 from __future__ import annotations
 
 import torch
 
-def _dtensor_class():
-    from torch.distributed.tensor import DTensor
-
-    return DTensor
+from altscale.patches.torch import local_shards_for_step
 
 
 class ShardLocalStep:
@@ -30,43 +29,8 @@ class ShardLocalStep:
 
     @torch.no_grad()
     def step(self, closure=None):
-        dtensor = _dtensor_class()
-        swapped, entered = [], {}  # entered: parameter -> its state as DTensors, set aside for the step
-        for group in self.param_groups:
-            swapped.append((group, group["params"]))
-            group["params"] = [self._enter_local(p, entered) if isinstance(p, dtensor) else p for p in group["params"]]
-        try:
+        with local_shards_for_step(self):
             return super().step(closure)
-        finally:
-            for group, params in swapped:
-                group["params"] = params
-            for param, state in entered.items():
-                self._leave_local(param, state)
-
-    def _enter_local(self, param, entered: dict) -> torch.Tensor:
-        local = param._local_tensor
-        local.grad = None if param.grad is None else param.grad._local_tensor
-        entered[param] = self.state.pop(param, None) or {}
-        if entered[param]:
-            self.state[local] = {key: getattr(value, "_local_tensor", value) for key, value in entered[param].items()}
-        return local
-
-    def _leave_local(self, param, before: dict) -> None:
-        local = param._local_tensor
-        local.grad = None
-        state = self.state.pop(local, None)
-        if state:
-            self.state[param] = {key: before[key] if getattr(before.get(key), "_local_tensor", None) is value
-                                 else _as_dtensor_like(value, param) for key, value in state.items()}
-
-
-def _as_dtensor_like(value, param):
-    """A local shard-shaped state tensor as a DTensor sharded like `param`, over the same memory; others as they are."""
-    dtensor = _dtensor_class()
-    if isinstance(value, dtensor) or not isinstance(value, torch.Tensor) or value.shape != param._local_tensor.shape:
-        return value
-    return dtensor.from_local(value, param.device_mesh, param.placements, run_check=False, shape=param.shape,
-                              stride=param.stride())
 
 
 class ShardLocalAdamW(ShardLocalStep, torch.optim.AdamW):

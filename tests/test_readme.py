@@ -18,12 +18,15 @@ def test_every_project_key_is_in_the_readme(group):
     assert not missing, f"add to README.md's key table: {missing}"
 
 
+# The repository's folders whose files the README names (the engine's too: the layout table points into them).
+FOLDERS = ("recipes", "config", "strategies", "families", "models", "data", "callbacks", "metrics", "artifacts",
+           "patches", "benchmarks", "docs", "ds_configs", "accelerate_configs", "tests")
 # Paths a user brings or a run writes, named as examples.
 USER_PATHS = {"data/gourmetgram_caption", "data/synthetic_food", "data/synthetic_food-224"}
 
 
 def test_every_repo_path_the_readme_names_exists():
-    named = set(re.findall(r"`((?:recipes|models|data|callbacks|benchmarks|docs|ds_configs|accelerate_configs|metrics)/[\w./-]+)`", README))
+    named = set(re.findall(rf"`((?:{'|'.join(FOLDERS)})/[\w./-]+)`", README))
     missing = [path for path in named - USER_PATHS if "*" not in path and "<" not in path and not (ROOT / path).exists()]
     assert not missing, missing
 

@@ -11,9 +11,10 @@ import time
 
 import pytest
 
-from benchmarks import compatibility as matrix
-from benchmarks import compatibility_doc as doc
-from benchmarks.compatibility_verdicts import replay_verdict
+from altscale.benchmarks import compatibility as runner
+from altscale.benchmarks import compatibility_matrix as matrix
+from altscale.benchmarks import compatibility_doc as doc
+from altscale.benchmarks.compatibility_verdicts import replay_verdict
 
 RECORDED = doc.load(doc.default_paths())
 LINES = list(RECORDED.values())
@@ -81,20 +82,20 @@ def test_the_page_is_rendered_from_the_committed_results():
 @pytest.fixture(scope="module")
 def base_words(tmp_path_factory):
     work = tmp_path_factory.mktemp("cells")
-    matrix.make_photos(work / "photos")
+    runner.make_photos(work / "photos")
     return [*matrix.BASE_WORDS, "--dataset_path", str(work / "photos"), "--output_dir", str(work / "out"),
             "--results_file", str(work / "results.jsonl"), "--use_cpu", "true"]
 
 
 def test_a_working_cell_and_a_refused_one_on_the_cpu(base_words):
-    works = matrix.run_cell(matrix.Cell("32-true", "sgd", "single", "lora", True), base_words=base_words)
+    works = runner.run_cell(matrix.Cell("32-true", "sgd", "single", "lora", True), base_words=base_words)
     assert works["verdict"] == {"refused": False, "message": None}
     outcome = works["outcome"]
     assert outcome["status"] == "works", outcome.get("error")
     assert outcome["ran"]["optimizer_class"] == "torch.optim.sgd.SGD" and outcome["ran"]["gradient_checkpointing"]
     assert len(outcome["losses"]) == matrix.STEPS
 
-    refused = matrix.run_cell(matrix.Cell("bf16-true", "deepspeed_cpu_adam", "single", "full", False),
+    refused = runner.run_cell(matrix.Cell("bf16-true", "deepspeed_cpu_adam", "single", "full", False),
                               base_words=base_words)
     assert refused["verdict"]["message"].startswith("optim: deepspeed_cpu_adam is not an optimizer transformers builds")
     # With the validator off, transformers' own parser is what stops it: the error the refusal spares the user.
@@ -112,39 +113,39 @@ def result(strategy="single device", optimizer="torch.optim.sgd.SGD", options=No
 def test_a_run_that_trains_something_else_than_asked_fails():
     sgd = matrix.Cell("32-true", "sgd", "zero2-offload", "full", False)
     cpu_adam = "deepspeed.ops.adam.cpu_adam.DeepSpeedCPUAdam"
-    assert matrix.judge(sgd, result("deepspeed zero2 offload optimizer"), 1)["status"] == "works"  # SGD did step
-    swapped = matrix.judge(sgd, result("deepspeed zero2 offload optimizer", cpu_adam), 1)
+    assert runner.judge(sgd, result("deepspeed zero2 offload optimizer"), 1)["status"] == "works"  # SGD did step
+    swapped = runner.judge(sgd, result("deepspeed zero2 offload optimizer", cpu_adam), 1)
     assert "asked for optim sgd" in swapped["error"] and "replaced without a word" in swapped["error"]
-    unfused = matrix.judge(matrix.Cell("32-true", "adamw_torch_fused", "single", "full", False),
+    unfused = runner.judge(matrix.Cell("32-true", "adamw_torch_fused", "single", "full", False),
                            result(optimizer="torch.optim.adamw.AdamW", options={"fused": None}), 1)
     assert unfused["status"] == "failed"
-    ddp_for_fsdp = matrix.judge(matrix.Cell("32-true", "sgd", "fsdp", "full", False), result("ddp", world_size=2), 2)
+    ddp_for_fsdp = runner.judge(matrix.Cell("32-true", "sgd", "fsdp", "full", False), result("ddp", world_size=2), 2)
     assert "asked for fsdp over 2 process(es), but it ran as 'ddp'" in ddp_for_fsdp["error"]
-    nan = matrix.judge(matrix.Cell("32-true", "sgd", "single", "full", False), result(losses=(7.0, float("nan"))), 1)
+    nan = runner.judge(matrix.Cell("32-true", "sgd", "single", "full", False), result(losses=(7.0, float("nan"))), 1)
     assert "not 2 finite ones" in nan["error"]
-    assert matrix.judge(matrix.Cell("32-true", "sgd", "single", "full", False), result(), 1)["status"] == "works"
+    assert runner.judge(matrix.Cell("32-true", "sgd", "single", "full", False), result(), 1)["status"] == "works"
 
 
 def test_a_rank_that_failed_alone_makes_the_cell_fail():
     ok = {"verdict": {"refused": False, "message": None}, "outcome": {"status": "works", "error": None}}
     bad = {"verdict": {"refused": False, "message": None}, "outcome": {"status": "failed", "error": "OSError: x"}}
-    assert matrix.merge_ranks([ok, bad])["outcome"] == {"status": "failed", "error": "rank 1: OSError: x"}
-    assert matrix.merge_ranks([ok, ok])["outcome"]["status"] == "works"
+    assert runner.merge_ranks([ok, bad])["outcome"] == {"status": "failed", "error": "rank 1: OSError: x"}
+    assert runner.merge_ranks([ok, ok])["outcome"]["status"] == "works"
     # Rank 0 timed out waiting for rank 1, which failed first: the cause comes first.
     waited = {**bad, "outcome": {"status": "failed", "error": "RuntimeError: Timed out waiting 120000ms for send"}}
-    assert matrix.merge_ranks([waited, bad])["outcome"]["error"] == (
+    assert runner.merge_ranks([waited, bad])["outcome"]["error"] == (
         "rank 1: OSError: x | rank 0: RuntimeError: Timed out waiting 120000ms for send")
-    assert matrix.merge_ranks([bad, bad])["outcome"]["error"] == "OSError: x"  # both alike: no rank to name
+    assert runner.merge_ranks([bad, bad])["outcome"]["error"] == "OSError: x"  # both alike: no rank to name
 
 
 def test_a_cell_a_launch_died_in_runs_once_more_and_fails_if_it_dies_again(tmp_path, base_words):
     work = tmp_path / "work"
-    group = matrix.group_dir(work, matrix.where(), ["single"], "1/1")
+    group = runner.group_dir(work, runner.where(), ["single"], "1/1")
     (group / "rank0").mkdir(parents=True)
     marker = group / "current-cell.txt"
 
     def resume(out, *only):
-        matrix.main(["--launch", "single", "--out", str(out), "--work-dir", str(work), "--only", *only, "--resume"])
+        runner.main(["--launch", "single", "--out", str(out), "--work-dir", str(work), "--only", *only, "--resume"])
         return [json.loads(line) for line in out.read_text().splitlines()]
 
     # Died once in ckpt-on: it goes first, then the rest (two refused cells: quick).
@@ -165,12 +166,12 @@ def test_a_cell_a_launch_died_in_runs_once_more_and_fails_if_it_dies_again(tmp_p
 
 def test_a_cell_that_runs_too_long_ends_the_launch_saying_where_it_was(tmp_path, monkeypatch):
     exits = []
-    monkeypatch.setattr(matrix.os, "_exit", exits.append)  # the real one would end pytest
-    with matrix.CellWatchdog(0.05, tmp_path / "hang.txt"):
+    monkeypatch.setattr(runner.os, "_exit", exits.append)  # the real one would end pytest
+    with runner.CellWatchdog(0.05, tmp_path / "hang.txt"):
         time.sleep(0.5)  # a cell that hangs
     assert exits == [matrix.EXIT_RESTART]
     assert "time.sleep(0.5)" in (tmp_path / "hang.txt").read_text()
-    with matrix.CellWatchdog(5, tmp_path / "hang.txt"):
+    with runner.CellWatchdog(5, tmp_path / "hang.txt"):
         pass  # a cell that ends in time: no report, no exit
     assert exits == [matrix.EXIT_RESTART] and not (tmp_path / "hang.txt").exists()
 

@@ -2,7 +2,7 @@
 
 import sys
 
-from benchmarks import ladder
+from altscale.benchmarks import ladder
 
 
 def test_every_ladder_step_has_a_recipe():

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks import nccl_bandwidth
+from altscale.benchmarks import nccl_bandwidth
 from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,6 +1,6 @@
 """The multi-GPU table of benchmarks/results_table.py: efficiency against the one-GPU run, peaks of every rank."""
 
-from benchmarks.results_table import SCALING_HEADER, rows, scaling_rows
+from altscale.benchmarks.tables import SCALING_HEADER, rows, scaling_rows
 
 GIB = 2**30
 

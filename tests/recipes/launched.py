@@ -8,10 +8,11 @@ before and after training (a DTensor by its local shard) and the labels (caption
 With ALTSCALE_FAIL_RANK=<rank> that rank raises as step 1 begins. With ALTSCALE_FSDP_ON_CPU=1 it first lifts
 accelerate 1.15's one restriction that keeps FSDP off the CPU (AcceleratorState enables FSDP for accelerator
 backends only), doing on MULTI_CPU exactly what that branch does on MULTI_GPU, so accelerate's real FSDP2 path
-(fully_shard, activation checkpointing, full state dict) runs over gloo; recipes/launch.py's refusal of FSDP on
+(fully_shard, activation checkpointing, full state dict) runs over gloo; strategies/fsdp.py's refusal of FSDP on
 the CPU, which exists because of that restriction, is lifted with it.
 """
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -41,7 +42,6 @@ def allow_fsdp_on_cpu() -> None:
             PartialState._shared_state["distributed_type"] = DistributedType.FSDP
 
     AcceleratorState.__init__ = init
-    recipes.launch.ACCELERATE_FSDP_ON_CPU = True
 
 
 class FailOnRank(TrainerCallback):
@@ -62,9 +62,13 @@ def local(tensor: torch.Tensor) -> torch.Tensor:
 
 def main() -> int:
     dump, argv = Path(sys.argv[1]), sys.argv[2:]
+    from altscale.config.machine import Machine
+    from recipes import train
+
+    machine = Machine.detect()
     if os.environ.get("ALTSCALE_FSDP_ON_CPU") == "1":
         allow_fsdp_on_cpu()
-    from recipes import train
+        machine = dataclasses.replace(machine, fsdp_on_cpu=True)  # what the patched accelerate now does
 
     seen = {}
     build_trainer = train.build_trainer
@@ -82,7 +86,7 @@ def main() -> int:
         return trainer
 
     train.build_trainer = capture
-    code = train.run(argv)
+    code = train.run(argv, machine)
     rank = int(os.environ.get("RANK", 0))
     trainer = seen.get("trainer")
     after = {name: local(p) for name, p in trainer.model.named_parameters()} if trainer is not None else {}

@@ -3,12 +3,12 @@ import re
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 
 from altscale.config.arguments import PROJECT_DEFAULTS, load_recipe, parse_args, to_argv
-from altscale.config.checks import check_compatible
 from altscale.config.errors import ConfigError
+from altscale.config.machine import Machine
+from tests.recipes.machines import CPU, check
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -18,22 +18,22 @@ def test_every_recipe_parses_and_passes_the_checks(path):
     """Every key is known and every value valid; on this GPU-less machine only GPU-bound problems may remain."""
     # overwrite_output_dir: a finished `make demo` leaves a model in the recipe's output_dir, which is no recipe fault
     argv = [str(path), "--use_cpu", "true", "--overwrite_output_dir", "true"]
+    machine = Machine.detect()
     try:
-        check_compatible(parse_args(argv))
+        check(parse_args(argv), machine)
     except ConfigError as err:
         problems = str(err).splitlines()
         assert all(GPU_BOUND.search(problem) for problem in problems), problems
-        assert not torch.cuda.is_available() or importlib.util.find_spec("deepspeed") is None
+        assert not machine.cuda or importlib.util.find_spec("deepspeed") is None
 
 
 GPU_BOUND = re.compile(r"needs a CUDA GPU|needs the deepspeed package")
 
 
-def test_the_qlora_recipe_is_accepted_on_the_cpu(monkeypatch):
+def test_the_qlora_recipe_is_accepted_on_the_cpu():
     # bitsandbytes' CPU 4-bit kernels train it (docs/compatibility.md); only its size keeps it on a GPU.
-    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
-    check_compatible(parse_args([str(ROOT / "recipes/blip2/xxl-qlora.yaml"), "--overwrite_output_dir", "true",
-                                 "--use_cpu", "true"]))
+    check(parse_args([str(ROOT / "recipes/blip2/xxl-qlora.yaml"), "--overwrite_output_dir", "true",
+                      "--use_cpu", "true"]), CPU)
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "recipes").rglob("*.yaml")), ids=lambda p: str(p.relative_to(ROOT)))
@@ -118,18 +118,17 @@ def test_checks_collect_every_problem_at_once():
     args = parse_args(["--per_device_train_batch_size", "0", "--gradient_accumulation_steps", "0",
                        "--remove_unused_columns", "true", "--memory_log_steps", "0"])
     with pytest.raises(ConfigError) as caught:
-        check_compatible(args)
+        check(args, CPU)
     lines = str(caught.value).splitlines()
     assert len(lines) == 4
     assert lines[0].startswith("per_device_train_batch_size: 0")
 
 
-def test_fp16_mixed_needs_a_gpu(monkeypatch):
-    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+def test_fp16_mixed_needs_a_gpu():
     args = parse_args([])
     args.strategy.precision = "fp16-mixed"  # parse_args itself would stop at TrainingArguments' fp16 check
     with pytest.raises(ConfigError, match="fp16-mixed needs a CUDA GPU"):
-        check_compatible(args)
+        check(args, CPU)
 
 
 def test_yaml_values_become_command_line_words():

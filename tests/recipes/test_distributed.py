@@ -16,7 +16,6 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from altscale.data.synthetic import make_synthetic_dataset
 from tests.ports import free_port
 
 pytestmark = pytest.mark.slow
@@ -27,10 +26,8 @@ WRAPPED = "_checkpoint_wrapped_module."  # the name part FSDP's activation check
 
 
 @pytest.fixture(scope="module")
-def photos(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "food"
-    make_synthetic_dataset(path, num_train=48, num_test=8, seed=2, size=64)
-    return str(path)
+def photos(synthetic_photos):
+    return synthetic_photos(num_train=48, num_test=8, seed=2, size=64)
 
 
 def train_words(photos: str, tmp_path: Path, *extra: str) -> list[str]:
@@ -43,8 +40,11 @@ def train_words(photos: str, tmp_path: Path, *extra: str) -> list[str]:
 def launch(config: str, tmp_path: Path, words: list[str], *flags: str, env: dict | None = None):
     command = [ACCELERATE, "launch", "--config_file", f"accelerate_configs/{config}", "--num_processes", "2", *flags,
                "tests/recipes/launched.py", str(tmp_path / "dump"), *words]
+    # launched.py imports the recipe script as `recipes.train`: the repo root goes on the processes' import path
+    # (a script's own folder, tests/recipes, is all Python adds; recipes/ is not installed)
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, **(env or {})})
+                            env={**os.environ, "PYTHONPATH": path, **(env or {})})
 
 
 def finish(process, timeout: float = 240) -> str:
@@ -89,7 +89,7 @@ def test_ddp_both_ranks_train_on_their_own_data_and_end_with_the_same_weights(ph
     assert out.count("learning_rate: asked 0.0001, using 0.0002") == 1
     assert record["config"]["launch"]["strategy"] == "ddp"
     # DDP's gradient buckets hold every gradient, and the gradients are views into them: no second copy
-    # (recipes/launch.py configure_ddp), as DDP itself reports
+    # (strategies/ddp.py configure_ddp), as DDP itself reports
     trainable_bytes = sum(t.numel() * t.element_size() for t in rank0["after"].values())
     ddp = record["config"]["launch"]["ddp"]
     assert ddp["gradient_as_bucket_view"] is True and ddp["zero_grad_set_to_none"] is False
@@ -123,7 +123,7 @@ def test_fsdp_shards_each_towers_layers_checkpoints_them_and_saves_the_full_mode
     fsdp = record["config"]["launch"]["fsdp"]
     assert fsdp["transformer_cls_names_to_wrap"] == ["Blip2EncoderLayer", "Blip2QFormerLayer", language_layer]
     assert fsdp["activation_checkpointing"] is True and fsdp["weights_broadcast_from_rank0"] is False
-    # the layer units, as recipes/fsdp_units.py made them: all but accelerate's embedding + head unit and the root
+    # the layer units, as strategies/fsdp_units.py made them: all but accelerate's embedding + head unit and the root
     assert (fsdp["layer_units"], fsdp["layers_per_unit"], fsdp["forward_prefetch"]) == (units - 2, layers_per_unit, True)
     layers = fsdp["checkpointed_layers"]
     assert layers == 6 if preset == "blip2-tiny-opt" else layers == 6 + 2  # T5: 2 encoder + 2 decoder blocks
@@ -131,9 +131,9 @@ def test_fsdp_shards_each_towers_layers_checkpoints_them_and_saves_the_full_mode
     assert out.count("using FSDP's activation checkpointing") == 1
     effective = record["effective_config"]
     assert effective["gradient_checkpointing"] is False and effective["checkpoint_wrapped_layers"] == layers
-    # AdamW steps each rank's local shards (recipes/sharded_optim.py), and the record says so
+    # AdamW steps each rank's local shards (strategies/sharded_optim.py), and the record says so
     assert fsdp["optimizer"] == "ShardLocalAdamW"
-    assert effective["optimizer_class"] == "recipes.sharded_optim.ShardLocalAdamW"
+    assert effective["optimizer_class"] == "altscale.strategies.sharded_optim.ShardLocalAdamW"
     # bf16-true stays bf16 (the launch file's mixed_precision 'no' keeps accelerate from upcasting to fp32)
     dtype = {"32-true": "torch.float32", "bf16-true": "torch.bfloat16"}[precision]
     assert list(effective["param_dtypes"]) == [dtype] and list(effective["grad_dtypes"]) == [dtype]
@@ -156,7 +156,7 @@ def test_fsdp_shards_each_towers_layers_checkpoints_them_and_saves_the_full_mode
     # save_model: rank 0 wrote the whole model, and it is the two ranks' shards put together
     saved = load_file(tmp_path / "out" / "model.safetensors")
     assert all(torch.equal(saved[name], full[name]) for name in full)
-    if preset == "blip2-tiny-t5":  # the tied embedding trained as one tensor (recipes/launch.py share_tied_embeddings)
+    if preset == "blip2-tiny-t5":  # the tied embedding trained as one tensor (strategies/fsdp.py share_tied_embeddings)
         for name in ("language_model.encoder.embed_tokens.weight", "language_model.lm_head.weight"):
             assert name not in saved or torch.equal(saved[name], saved["language_model.shared.weight"])
 
@@ -191,8 +191,8 @@ def test_a_rank_that_fails_records_it_and_the_launch_ends_instead_of_hanging(pho
 
 def test_qlora_under_fsdp_shards_the_4bit_weights_too(photos, tmp_path):
     """bitsandbytes 0.50 has CPU 4-bit kernels. With its default uint8 storage accelerate leaves every 4-bit
-    weight whole on every rank ("Excluding from FSDP2 sharding"); stored in bf16 (recipes/launch.py
-    quant_storage) they are sharded like the rest."""
+    weight whole on every rank ("Excluding from FSDP2 sharding"); stored in bf16 (strategies/launch.py
+    LaunchPlan.quant_storage) they are sharded like the rest."""
     words = train_words(photos, tmp_path, "--use_peft", "true", "--load_in_4bit", "true", "--precision", "bf16-true",
                         "--save_model", "false")
     finish(launch("fsdp4.yaml", tmp_path, words, "--main_process_port", str(free_port()),

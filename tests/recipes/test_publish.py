@@ -102,8 +102,17 @@ def test_training_with_push_to_hub_stages_adapter_and_card(tmp_path):
     assert "| training time |" in (staged / "README.md").read_text()
 
 
-def test_trainer_args_without_push_keeps_the_users_value():
-    from transformers import TrainingArguments
+def test_the_trainers_args_do_not_push_and_the_recipes_keep_the_users_value():
+    from altscale.config.adjust import adjust_training_args
+    from altscale.config.arguments import parse_args
+    from altscale.strategies.launch import plan_launch
 
-    asked = TrainingArguments(output_dir="x", push_to_hub=True, hub_model_id="me/x", report_to="none")
-    assert publish.trainer_args_without_push(asked).push_to_hub is False and asked.push_to_hub is True
+    args = parse_args(["--output_dir", "x", "--push_to_hub", "true", "--hub_model_id", "me/x"])
+    trainer_args, changes = adjust_training_args(args, plan_launch(args, environ={}))
+    assert trainer_args.push_to_hub is False and args.training.push_to_hub is True
+    assert trainer_args is not args.training and trainer_args.hub_model_id == args.training.hub_model_id == "me/x"
+    assert changes["push_to_hub"]["asked"] is True and "publish.py" in changes["push_to_hub"]["used"]
+    # Without push_to_hub the Trainer gets the recipe's own arguments, and nothing is recorded
+    args = parse_args(["--output_dir", "x"])
+    trainer_args, changes = adjust_training_args(args, plan_launch(args, environ={}))
+    assert trainer_args is args.training and "push_to_hub" not in changes

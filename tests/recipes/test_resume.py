@@ -7,17 +7,14 @@ import signal
 import pytest
 
 from altscale.callbacks.interrupt import InterruptCallback
-from altscale.data.synthetic import make_synthetic_dataset
 from recipes import train
 
 STEPS, STOP_AT = 12, 5  # 8 steps per epoch (64 photos, batch 8): the resumed run crosses an epoch boundary
 
 
 @pytest.fixture(scope="module")
-def photos(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "food"
-    make_synthetic_dataset(path, num_train=64, num_test=8, seed=2, size=32)
-    return str(path)
+def photos(synthetic_photos):
+    return synthetic_photos(num_train=64, num_test=8, seed=2, size=32)
 
 
 def run_args(out, photos, *extra):

@@ -1,29 +1,28 @@
 """Memory strategies chosen from the recipe, on the tiny model: LoRA, checkpointing, optimizers, LR scaling, checks."""
 
+import dataclasses
 import json
-from types import SimpleNamespace
 
 import pytest
 import torch
 from peft import PeftModel
-from transformers import TrainingArguments
 
-from altscale.data.synthetic import make_synthetic_dataset
-from altscale.families.blip2.model import build_model
-from recipes import train
 from altscale.config.arguments import parse_args
-from altscale.config.checks import check_compatible, deepspeed_problems
 from altscale.config.errors import ConfigError
+from altscale.config.machine import Machine
+from altscale.families.blip2.model import build_model
+from altscale.strategies.deepspeed import deepspeed_problems
+from altscale.strategies.launch import plan_launch
+from recipes import train
+from tests.recipes.machines import CPU, check
 
 BASE = ["--dataloader_num_workers", "0", "--disable_tqdm", "true", "--per_device_train_batch_size", "8",
         "--max_steps", "2", "--memory_log_steps", "1", "--num_sample_captions", "0"]
 
 
 @pytest.fixture(scope="module")
-def photos(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "food"
-    make_synthetic_dataset(path, num_train=48, num_test=8, seed=2, size=64)
-    return str(path)
+def photos(synthetic_photos):
+    return synthetic_photos(num_train=48, num_test=8, seed=2, size=64)
 
 
 def run(tmp_path, photos, *extra):
@@ -83,32 +82,40 @@ def test_eight_bit_adamw_runs_where_bitsandbytes_has_a_cpu_backend(tmp_path, pho
 
 def test_4bit_weights_without_peft_are_refused():
     with pytest.raises(ConfigError, match=r"add use_peft: true \(QLoRA\)"):
-        check_compatible(parse_args(["--load_in_4bit", "true"]))
+        check(parse_args(["--load_in_4bit", "true"]), CPU)
 
 
 def test_unknown_lr_scaling_is_refused():
     with pytest.raises(ConfigError, match="lr_scaling: 'sqrt' is unknown"):
-        check_compatible(parse_args(["--lr_scaling", "sqrt"]))
+        check(parse_args(["--lr_scaling", "sqrt"]), CPU)
+
+
+def ds_problems(args, machine: Machine = CPU, world_size: int | None = None) -> list[str]:
+    """deepspeed_problems of this launch on `machine`; `world_size`: the launch's process count, if not this one."""
+    plan = plan_launch(args, environ={})
+    if world_size is not None:
+        plan = dataclasses.replace(plan, world_size=world_size)
+    return deepspeed_problems(args, plan, machine)
 
 
 def test_deepspeed_optimizer_section_and_an_explicit_optim_conflict(tmp_path):
     args = parse_args(["--optim", "adamw_bnb_8bit"])
     args.training.deepspeed = "ds_configs/zero2_offload.json"  # set after parsing: deepspeed need not be installed
-    assert any("optim: adamw_bnb_8bit is ignored" in p for p in deepspeed_problems(args))
+    assert any("optim: adamw_bnb_8bit is ignored" in p for p in ds_problems(args))
     args = parse_args(["--use_peft", "true", "--load_in_4bit", "true"])
     args.training.deepspeed = "ds_configs/zero3_offload.json"
-    assert any("ZeRO-3 cannot partition" in p for p in deepspeed_problems(args))
+    assert any("ZeRO-3 cannot partition" in p for p in ds_problems(args))
     args.training.deepspeed = "ds_configs/nope.json"
-    assert deepspeed_problems(args) == ["deepspeed: 'ds_configs/nope.json' is not a file; use one of ds_configs/*.json"]
+    assert ds_problems(args) == ["deepspeed: 'ds_configs/nope.json' is not a file; use one of ds_configs/*.json"]
 
 
 def test_the_default_optim_written_out_is_swapped_under_deepspeed_too():
     args = parse_args(["--optim", "adamw_torch_fused"])  # the default value, but asked for
     args.training.deepspeed = "ds_configs/zero2_offload.json"
-    assert any("optim: adamw_torch_fused is ignored" in p for p in deepspeed_problems(args))
+    assert any("optim: adamw_torch_fused is ignored" in p for p in ds_problems(args))
     args = parse_args([])
     args.training.deepspeed = "ds_configs/zero2_offload.json"
-    assert deepspeed_problems(args) == []
+    assert ds_problems(args) == []
 
 
 def offload_args(model: str, config: str, *words: str):
@@ -117,37 +124,40 @@ def offload_args(model: str, config: str, *words: str):
     return args
 
 
-def machine_with(monkeypatch, gib: int) -> None:
-    total = SimpleNamespace(total=gib * 2**30)
-    monkeypatch.setattr("recipes.checks.psutil.virtual_memory", lambda: total)
+def machine_with(gib: int, **facts) -> Machine:
+    return Machine(host_memory_bytes=gib * 2**30, **facts)
 
 
-def test_zero_offload_that_cannot_fit_in_host_memory_is_refused_with_the_estimate(monkeypatch):
+def test_zero_offload_that_cannot_fit_in_host_memory_is_refused_with_the_estimate():
     """The measured cases: xxl ZeRO-3 offload was killed on 2 H200s (251 GiB) and ZeRO-2 offload on one H100
     (125 GiB); xxl ZeRO-3 ran on 4 H200s (512 GiB), opt-2.7b ZeRO-2 and ZeRO-3 offload on the H100."""
-    machine_with(monkeypatch, 251)
-    (problem,) = deepspeed_problems(offload_args("blip2-flan-t5-xxl", "zero3_offload"))
+    two_h200s = machine_with(251)
+    (problem,) = ds_problems(offload_args("blip2-flan-t5-xxl", "zero3_offload"), two_h200s)
     assert problem.startswith("deepspeed: ds_configs/zero3_offload.json keeps the optimizer in host memory: about "
                               "282 GiB on each machine (25 bytes a parameter, from a measured run, x 12.1 B "
                               "parameters), and this machine has 251 GiB")
     assert "use_peft: true" in problem and "host_memory_check: false" in problem
-    machine_with(monkeypatch, 125)
-    (problem,) = deepspeed_problems(offload_args("blip2-flan-t5-xxl", "zero2_offload"))
+    h100 = machine_with(125)
+    (problem,) = ds_problems(offload_args("blip2-flan-t5-xxl", "zero2_offload"), h100)
     assert "about 259 GiB on each machine (23 bytes a parameter" in problem  # ZeRO-2: the weights stay on the GPU
-    assert deepspeed_problems(offload_args("blip2-opt-2.7b", "zero3_offload")) == []
-    assert deepspeed_problems(offload_args("blip2-opt-2.7b", "zero2_offload")) == []
-    machine_with(monkeypatch, 512)
-    assert deepspeed_problems(offload_args("blip2-flan-t5-xxl", "zero3_offload")) == []
+    assert ds_problems(offload_args("blip2-opt-2.7b", "zero3_offload"), h100) == []
+    assert ds_problems(offload_args("blip2-opt-2.7b", "zero2_offload"), h100) == []
+    assert ds_problems(offload_args("blip2-flan-t5-xxl", "zero3_offload"), machine_with(512)) == []
 
 
-def test_the_host_memory_estimate_can_be_skipped_and_splits_over_machines(monkeypatch):
-    machine_with(monkeypatch, 251)
-    assert deepspeed_problems(offload_args("blip2-flan-t5-xxl", "zero3_offload", "--host_memory_check", "false")) == []
-    assert deepspeed_problems(offload_args("blip2-flan-t5-xxl", "zero3_offload", "--use_peft", "true")) == []
-    assert deepspeed_problems(offload_args("outputs/some-folder", "zero3_offload")) == []  # not a preset: no count
-    monkeypatch.setattr(TrainingArguments, "world_size", property(lambda self: 8))
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # 2 machines of 4 processes: 141 GiB each
-    assert deepspeed_problems(offload_args("blip2-flan-t5-xxl", "zero3_offload")) == []
+def test_the_host_memory_estimate_can_be_skipped_and_splits_over_machines():
+    two_h200s = machine_with(251)
+    assert ds_problems(offload_args("blip2-flan-t5-xxl", "zero3_offload", "--host_memory_check", "false"),
+                       two_h200s) == []
+    assert ds_problems(offload_args("blip2-flan-t5-xxl", "zero3_offload", "--use_peft", "true"), two_h200s) == []
+    assert ds_problems(offload_args("outputs/some-folder", "zero3_offload"), two_h200s) == []  # not a preset: no count
+    # 8 processes, 4 to a machine: 2 machines, 141 GiB each
+    assert ds_problems(offload_args("blip2-flan-t5-xxl", "zero3_offload"), machine_with(251, local_world_size=4),
+                       world_size=8) == []
+    # 8 processes all on this machine: the whole 282 GiB here
+    (problem,) = ds_problems(offload_args("blip2-flan-t5-xxl", "zero3_offload"), machine_with(251, local_world_size=8),
+                             world_size=8)
+    assert "about 282 GiB on each machine (25 bytes a parameter, from a measured run, x 12.1 B parameters)" in problem
 
 
 def test_deepspeed_cpu_adam_is_no_optim_value():
@@ -163,7 +173,7 @@ def test_offload_configs_step_deepspeeds_fast_cpu_adam(name):
 
 
 def test_bf16_true_under_deepspeed_turns_on_deepspeeds_bf16_mode():
-    from altscale.config.arguments import precision_flags
+    from altscale.strategies.precision import precision_flags
 
     training = parse_args([]).training
     training.deepspeed = "ds_configs/zero2_offload.json"

@@ -7,7 +7,6 @@ import torch
 from transformers import Blip2ForConditionalGeneration, Blip2Processor
 
 from altscale.families.blip2.collate import CaptionCollator
-from altscale.data.synthetic import make_synthetic_dataset
 from altscale.families.blip2.generation import generate_captions
 from recipes import train
 from altscale.config.arguments import parse_args
@@ -17,10 +16,8 @@ TINY_RUN = ["--dataloader_num_workers", "0", "--disable_tqdm", "true", "--per_de
 
 
 @pytest.fixture(scope="module")
-def photos(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "food"
-    make_synthetic_dataset(path, num_train=320, num_test=32, seed=1, size=64)
-    return str(path)
+def photos(synthetic_photos):
+    return synthetic_photos(num_train=320, num_test=32, seed=1, size=64)
 
 
 def run_args(tmp_path, photos, *extra):
