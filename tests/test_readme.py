@@ -22,7 +22,7 @@ def test_every_project_key_is_in_the_readme(group):
 FOLDERS = ("recipes", "config", "strategies", "families", "models", "data", "callbacks", "metrics", "artifacts",
            "patches", "benchmarks", "docs", "ds_configs", "accelerate_configs", "tests")
 # Paths a user brings or a run writes, named as examples.
-USER_PATHS = {"data/gourmetgram_caption", "data/synthetic_food", "data/synthetic_food-224"}
+USER_PATHS = {"data/gourmetgram_caption", "data/synthetic_food", "data/synthetic_food-224", "data/synthetic_food-lab"}
 
 
 def test_every_repo_path_the_readme_names_exists():
