@@ -236,11 +236,12 @@ def launch_problems(args, plan: LaunchPlan, machine) -> list[str]:
         )
     if plan.fsdp is not None:
         problems += fsdp_problems(args, plan, machine)
-    if plan.world_size == 1 and training.n_gpu > 1:
+    visible = 0 if training.use_cpu else len(machine.gpus)  # what the Trainer's n_gpu will count
+    if plan.world_size == 1 and visible > 1:
         # The Trainer wraps a single process that sees several GPUs in torch.nn.DataParallel, whose replicas then
         # meet inputs on another GPU (seen on a 4-GPU machine: "found at least two devices, cuda:3 and cuda:0").
         problems.append(
-            f"one process sees {training.n_gpu} GPUs, and the Trainer would split each batch over them with "
+            f"one process sees {visible} GPUs, and the Trainer would split each batch over them with "
             "torch.nn.DataParallel, which this recipe does not run; use one GPU (CUDA_VISIBLE_DEVICES=0, or "
             "accelerate_configs/single.yaml, which pins GPU 0) or all of them with one process each "
             "(accelerate_configs/ddp4.yaml)"

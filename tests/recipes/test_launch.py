@@ -485,16 +485,16 @@ def test_under_zero3_rank0_captions_are_refused_too():
     assert problems(args) == []
 
 
-def test_one_process_seeing_several_gpus_is_refused_before_the_trainer_picks_dataparallel(monkeypatch, tmp_path):
+def test_one_process_seeing_several_gpus_is_refused_before_the_trainer_picks_dataparallel(tmp_path):
     # seen on a 4-GPU machine: a plain one-process run got torch.nn.DataParallel and crashed mid-forward.
-    # The Trainer counts the GPUs this process sees (its n_gpu), and that count is what launch_problems reads.
-    gpus = Machine(gpus=(H100,) * 4)
-    monkeypatch.setattr(TrainingArguments, "n_gpu", property(lambda self: 4))
+    # The machine's GPUs are those this process sees (CUDA_VISIBLE_DEVICES applied), which the Trainer's n_gpu counts.
     args = parse_args(["recipes/blip2/tiny-opt-demo.yaml", "--output_dir", str(tmp_path / "out")])
-    found = launch_problems(args, plan_launch(args, environ={}), gpus)
+    plan = plan_launch(args, environ={})
+    found = launch_problems(args, plan, Machine(gpus=(H100,) * 4))
     assert any("one process sees 4 GPUs" in p and "CUDA_VISIBLE_DEVICES=0" in p for p in found)
-    monkeypatch.setattr(TrainingArguments, "n_gpu", property(lambda self: 1))
-    assert not any("GPUs" in p for p in launch_problems(args, plan_launch(args, environ={}), gpus))
+    assert not any("GPUs" in p for p in launch_problems(args, plan, Machine(gpus=(H100,))))
+    on_cpu = parse_args(["recipes/blip2/tiny-opt-demo.yaml", "--output_dir", str(tmp_path / "out"), "--use_cpu", "true"])
+    assert not any("GPUs" in p for p in launch_problems(on_cpu, plan_launch(on_cpu, environ={}), Machine(gpus=(H100,) * 4)))
 
 
 def test_single_yaml_pins_one_gpu():
