@@ -1,23 +1,24 @@
 """Build a BLIP-2 and its processor: pretrained from the Hub or a folder, or random from a preset."""
 
 import time
-from pathlib import Path
 
 import torch
 from transformers import BitsAndBytesConfig, Blip2Config, Blip2ForConditionalGeneration, Blip2Processor
 from transformers.integrations import is_deepspeed_zero3_enabled
 
 from altscale.config.errors import ConfigError
+from altscale.families import random_init_config
 from altscale.families.blip2.processor import align_token_ids, build_offline_processor, load_processor
 from altscale.models.build import (
     ModelReport,
     build_device,
     build_random,
+    count_parameters,
     load_pretrained,
     quantize_random,
     resolve_init,
 )
-from altscale.models.presets import find_preset, preset_fields
+from altscale.models.presets import find_preset
 
 
 def build_model(
@@ -51,21 +52,11 @@ def build_model(
         dtype=str(dtype).removeprefix("torch."),
         device=str(next(model.parameters()).device),
         build_time_s=round(time.perf_counter() - start, 2),
-        parameters=sum(p.numel() for p in model.parameters()),
+        parameters=count_parameters(model),
         processor=processor_source,
         token_ids_changed=changed,
     )
     return model, processor, report
-
-
-def random_init_config(model_name_or_path: str) -> Blip2Config:
-    """The architecture kept in the repo for a preset name or a Hub id, else the config of a local model folder."""
-    preset = find_preset(model_name_or_path)
-    if preset:
-        return Blip2Config.from_dict(preset_fields(preset))
-    if Path(model_name_or_path, "config.json").is_file():
-        return Blip2Config.from_pretrained(model_name_or_path)
-    return Blip2Config.from_dict(preset_fields(model_name_or_path))  # raises the "unknown preset" message
 
 
 def _processor_for(config: Blip2Config, path: str | None) -> tuple[Blip2Processor, str]:
